@@ -1,0 +1,37 @@
+# wellfed: `make run` sets up and runs the pipeline; `make test` sets up and runs the tests.
+VENV  ?= .venv
+# A CPU build from this machine's disk; on a GPU box use e.g. `make TORCH=torch run`.
+TORCH ?= torch==2.13.0
+BIN   := $(abspath $(VENV))/bin
+export PATH := $(BIN):$(PATH)
+export HF_HUB_OFFLINE ?= 1
+export TOKENIZERS_PARALLELISM ?= false
+
+.PHONY: install run test test-fast ui bench clean
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH)"
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $@
+
+run: install            ## prepare -> tokenize -> train -> evaluate on the offline default
+	dvc repro
+	dvc metrics show
+
+test: install           ## the whole suite, slow real-data tests included (CI)
+	python -m pytest tests
+
+test-fast: install      ## unit tests only
+	python -m pytest tests -m "not slow and not e2e"
+
+ui: install             ## MLflow UI over the project's store, on loopback only
+	mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1 --port 5000
+
+bench: install          ## side-by-side benchmarks -> benchmarks/results/*.json
+	python benchmarks/run_all.py
+
+clean:
+	rm -rf data/prepared data/tokens data/model data/train data/eval data/reports data/checkpoints

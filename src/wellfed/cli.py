@@ -1,0 +1,34 @@
+"""Stage entry points: user mistakes become one clear line on stderr and exit code 1."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import sys
+
+
+def stage(main):
+    """Wrap a stage's main(*argv): usage check, logging, one-line errors for bad input."""
+
+    @functools.wraps(main)
+    def run() -> None:
+        logging.basicConfig(level=logging.INFO, format="[wellfed] %(message)s")
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        args = sys.argv[1:]
+        expected = main.__code__.co_argcount
+        if len(args) != expected:
+            names = " ".join(main.__code__.co_varnames[:expected])
+            sys.exit(f"usage: {os.path.basename(sys.argv[0])} {names}")
+        try:
+            main(*args)
+        except (ValueError, FileNotFoundError, PermissionError) as err:
+            print(f"error: {err}", file=sys.stderr)
+            sys.exit(1)
+        except OSError as err:
+            where = f"{err.filename}: " if getattr(err, "filename", None) else ""
+            print(f"error: {where}{err.strerror or err}; check free disk space and permissions",
+                  file=sys.stderr)
+            sys.exit(1)
+
+    return run

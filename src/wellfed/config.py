@@ -1,0 +1,303 @@
+"""Typed configuration: one frozen dataclass per params.yaml section.
+
+Every section is loaded with `load_section`, which collects *all* problems (unknown keys with a
+"did you mean", wrong types, out-of-range values) and raises them once as a `ValueError`, so a
+user fixes params.yaml in one go instead of one traceback at a time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+FORMATS = ("auto", "csv", "tsv", "jsonl", "parquet")
+PRECISIONS = ("auto", "bf16", "fp16", "fp32")
+
+
+@dataclass(frozen=True)
+class PrepareConfig:
+    """`prepare`: where the raw labelled text comes from and how it is split."""
+
+    train: str = "train.tsv"
+    """Train file inside the raw folder (a dvc.yaml argument), or the split name with `hub_dataset`."""
+    validation: str = "dev.tsv"
+    """Validation file or split name; "" carves `val_fraction` of train, stratified and seeded."""
+    test: str = ""
+    """Labelled test file or split name; "" evaluates on the validation split."""
+    format: Literal["auto", "csv", "tsv", "jsonl", "parquet"] = "auto"
+    """File format; auto picks it from the file extension."""
+    text_column: str = "sentence"
+    """Column holding the input text."""
+    label_column: str = "label"
+    """Column holding the class label (any strings or integers)."""
+    hub_dataset: str = ""
+    """Hugging Face Hub dataset id (needs network); when set the raw folder is not read."""
+    hub_config: str = ""
+    """Hub dataset configuration name, e.g. sst2 for nyu-mll/glue."""
+    val_fraction: float = 0.1
+    """Share of train carved out as validation when `validation` is ""."""
+    seed: int = 42
+    """Seed of the validation carve-out."""
+    drop_duplicates: bool = False
+    """Drop repeated (text, label) rows inside a split; they are counted in the report either way."""
+    on_invalid: Literal["error", "skip"] = "error"
+    """What to do with an empty text or a missing label: stop with the row named, or skip and count it."""
+
+    def problems(self) -> list[str]:
+        out = []
+        if not 0.0 < self.val_fraction < 0.5:
+            out.append(f"prepare.val_fraction must be in (0, 0.5); got {self.val_fraction}")
+        if not self.train:
+            out.append("prepare.train must name the train file (or hub split); got ''")
+        return out
+
+
+@dataclass(frozen=True)
+class TokenizeConfig:
+    """`tokenize`: the one-off tokenizer pass into memory-mapped Arrow."""
+
+    max_length: int = 128
+    """Truncate rows to this many tokens (special tokens included); truncations are counted."""
+    batch_rows: int = 8192
+    """Rows per tokenizer call; bounds the stage's memory, not its output."""
+
+    def problems(self) -> list[str]:
+        out = []
+        if not 8 <= self.max_length <= 65536:
+            out.append(f"tokenize.max_length must be in [8, 65536]; got {self.max_length}")
+        if self.batch_rows < 1:
+            out.append(f"tokenize.batch_rows must be >= 1; got {self.batch_rows}")
+        return out
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """`model`: which pretrained encoder to fine-tune."""
+
+    name: str = "default"
+    """"default" (all-MiniLM-L6-v2 packaged offline), a local model directory, or a Hub model id."""
+    init: Literal["pretrained", "random"] = "pretrained"
+    """pretrained loads the weights; random builds the architecture from its config (tests, ablations)."""
+    trust_remote_code: bool = False
+    """Allow a Hub model to run its own Python code. Off: only enable for code you have read."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """`train`: the optimisation recipe, independent of how many workers run it."""
+
+    epochs: int = 1
+    """Passes over the train split."""
+    max_steps: int = 0
+    """Stop after this many optimizer steps (0 = run all epochs)."""
+    lr: float = 1e-4
+    """Peak AdamW learning rate, reached after warmup."""
+    weight_decay: float = 0.01
+    """AdamW weight decay (not applied to biases and LayerNorm weights)."""
+    warmup_ratio: float = 0.06
+    """Share of all optimizer steps spent warming the learning rate up linearly from 0."""
+    global_batch_size: int = 32
+    """Rows per optimizer step summed over all workers; the loss is normalised over exactly these rows."""
+    micro_batch_size: int = 32
+    """Most rows one worker puts through one forward pass; the rest is gradient accumulation."""
+    micro_batch_tokens: int = 0
+    """Most tokens (padding included) in one forward pass; 0 = bound by rows only."""
+    max_grad_norm: float = 1.0
+    """Clip the global gradient norm to this (0 = no clipping)."""
+    precision: Literal["auto", "bf16", "fp16", "fp32"] = "auto"
+    """auto = bf16 on GPUs that have it, fp16 + GradScaler on older GPUs, fp32 on CPU."""
+    pad_multiple: int = 0
+    """Pad sequence length to a multiple of this; 0 = per device (8 on CUDA for tensor cores, 1 on CPU)."""
+    eval_every: int = 0
+    """Evaluate on the validation split every N optimizer steps (0 = only at the end)."""
+    report_every: int = 10
+    """Send metrics to the driver every N optimizer steps (each report can wait ~2 s on Ray's poll)."""
+    checkpoint_every: int = 0
+    """Save a resumable checkpoint every N optimizer steps (0 = only at the end)."""
+    seed: int = 42
+    """Seed of model head init, shuffling and dropout."""
+    pool_batches: int = 64
+    """Length bucketing: rows are sorted by length inside pools of this many global batches."""
+
+    def problems(self) -> list[str]:
+        out = []
+        positive = {"epochs": self.epochs, "global_batch_size": self.global_batch_size,
+                    "micro_batch_size": self.micro_batch_size, "report_every": self.report_every,
+                    "pool_batches": self.pool_batches}
+        out += [f"train.{k} must be >= 1; got {v}" for k, v in positive.items() if v < 1]
+        non_negative = {"max_steps": self.max_steps, "micro_batch_tokens": self.micro_batch_tokens,
+                        "eval_every": self.eval_every, "checkpoint_every": self.checkpoint_every,
+                        "pad_multiple": self.pad_multiple, "weight_decay": self.weight_decay,
+                        "max_grad_norm": self.max_grad_norm}
+        out += [f"train.{k} must be >= 0; got {v}" for k, v in non_negative.items() if v < 0]
+        if not (0 < self.lr < 1):
+            out.append(f"train.lr must be in (0, 1); got {self.lr}")
+        if not 0 <= self.warmup_ratio < 1:
+            out.append(f"train.warmup_ratio must be in [0, 1); got {self.warmup_ratio}")
+        return out
+
+    def accumulation_steps(self, world_size: int) -> int:
+        """Micro-steps per optimizer step when micro-batches are full (token budgets may add more)."""
+        return max(1, math.ceil(self.global_batch_size / (world_size * self.micro_batch_size)))
+
+
+@dataclass(frozen=True)
+class RayConfig:
+    """`ray`: where and how wide the train stage runs."""
+
+    address: str = ""
+    """Ray cluster to join ("" = $RAY_ADDRESS if set, else a local Ray started for this run)."""
+    num_workers: int = 2
+    """Training workers (DDP ranks)."""
+    cpus_per_worker: int = 1
+    """CPU cores reserved per worker; also its torch thread count."""
+    use_gpu: Literal["auto", "true", "false"] = "auto"
+    """auto = one GPU per worker when the cluster has GPUs."""
+    max_failures: int = 0
+    """Worker-group restarts Ray may do from the last checkpoint before giving up."""
+
+    def problems(self) -> list[str]:
+        out = []
+        if self.num_workers < 1:
+            out.append(f"ray.num_workers must be >= 1; got {self.num_workers}")
+        if self.cpus_per_worker < 1:
+            out.append(f"ray.cpus_per_worker must be >= 1; got {self.cpus_per_worker}")
+        if self.max_failures < -1:
+            out.append(f"ray.max_failures must be >= -1 (-1 = unlimited); got {self.max_failures}")
+        return out
+
+
+@dataclass(frozen=True)
+class MlflowConfig:
+    """`mlflow`: where runs are recorded."""
+
+    experiment: str = "wellfed"
+    """Experiment name in the MLflow UI."""
+    tracking_uri: str = ""
+    """"" = $MLFLOW_TRACKING_URI if set, else sqlite:///<project>/mlflow.db (absolute: Ray workers run elsewhere)."""
+
+
+SECTIONS: dict[str, type] = {
+    "prepare": PrepareConfig,
+    "tokenize": TokenizeConfig,
+    "model": ModelConfig,
+    "train": TrainConfig,
+    "ray": RayConfig,
+    "mlflow": MlflowConfig,
+}
+
+
+def _type_problem(key: str, value: Any, hint: Any) -> str | None:
+    """Return a message when `value` does not fit the annotation `hint`, else None."""
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        allowed = typing.get_args(hint)
+        if value not in allowed and str(value).lower() not in allowed:
+            return f"{key} must be one of {', '.join(map(str, allowed))}; got {value!r}"
+        return None
+    if hint is bool:
+        return None if isinstance(value, bool) else f"{key} must be true or false; got {value!r}"
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            return f"{key} must be an integer; got {value!r}"
+        return None
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"{key} must be a number; got {value!r}"
+        return None
+    if hint is str and not isinstance(value, str):
+        return f"{key} must be a string; got {value!r}"
+    return None
+
+
+def _coerce(value: Any, hint: Any) -> Any:
+    if hint is float and isinstance(value, int):
+        return float(value)
+    if typing.get_origin(hint) is Literal and not isinstance(value, str):
+        return str(value).lower()  # YAML reads `use_gpu: true` as a bool
+    return value
+
+
+def load_section(params: dict, name: str):
+    """Build section `name` from the params dict; raise one ValueError listing every problem."""
+    cls = SECTIONS[name]
+    raw = params.get(name) or {}
+    problems: list[str] = []
+    if not isinstance(raw, dict):
+        raise ValueError(f"params: section '{name}' must be a mapping; got {type(raw).__name__}")
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    values = {}
+    for key, value in raw.items():
+        if key not in known:
+            close = difflib.get_close_matches(str(key), sorted(known), n=1)
+            hint = f" (did you mean '{name}.{close[0]}'?)" if close else ""
+            problems.append(f"unknown key '{name}.{key}'{hint}")
+            continue
+        problem = _type_problem(f"{name}.{key}", value, hints[key])
+        if problem:
+            problems.append(problem)
+        else:
+            values[key] = _coerce(value, hints[key])
+    if not problems:
+        section = cls(**values)
+        problems += section.problems() if hasattr(section, "problems") else []
+        if not problems:
+            return section
+    raise ValueError("invalid params: " + "; ".join(problems))
+
+
+def load_params(path: str | Path, *names: str) -> tuple:
+    """Read params.yaml and load the named sections, collecting problems across all of them."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: params file not found; run from the project root")
+    try:
+        params = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as err:
+        raise ValueError(f"{path}: not valid YAML ({err}); fix the syntax") from None
+    unknown = sorted(set(params) - set(SECTIONS))
+    problems = []
+    for key in unknown:
+        close = difflib.get_close_matches(key, list(SECTIONS), n=1)
+        problems.append(f"unknown section '{key}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
+    sections = []
+    for name in names:
+        try:
+            sections.append(load_section(params, name))
+        except ValueError as err:
+            problems.append(str(err).removeprefix("invalid params: "))
+    if problems:
+        raise ValueError(f"{path}: " + "; ".join(problems))
+    return tuple(sections)
+
+
+def flatten(sections: dict[str, Any]) -> dict[str, Any]:
+    """{'train': TrainConfig(...)} -> {'train.lr': 1e-4, ...} for MLflow params."""
+    flat = {}
+    for name, section in sections.items():
+        for f in dataclasses.fields(section):
+            flat[f"{name}.{f.name}"] = getattr(section, f.name)
+    return flat
+
+
+def as_dict(section) -> dict:
+    return dataclasses.asdict(section)
+
+
+def from_dict(name: str, data: dict):
+    """Rebuild a section from `as_dict` output (used to ship config to Ray workers)."""
+    return SECTIONS[name](**data)
+
+
+__all__ = [
+    "PrepareConfig", "TokenizeConfig", "ModelConfig", "TrainConfig", "RayConfig", "MlflowConfig",
+    "load_section", "load_params", "flatten", "as_dict", "from_dict", "SECTIONS",
+]

@@ -1,0 +1,69 @@
+"""The one tokenizer pass: prepared texts -> unpadded token ids, batch by batch.
+
+It calls the Rust tokenizer directly (`encode_batch_fast`: no offsets, no padding) and flattens
+its id lists with `itertools.chain` into numpy. On SST-2 train here that ran at ~55,000 rows/s
+versus ~20,000 for `tokenizer(texts)` through transformers and ~23,000 for `datasets.map`
+(benchmarks/tokenize.py measures the whole stage).
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from typing import Iterator
+
+import numpy as np
+import pyarrow.parquet as pq
+from tqdm import tqdm
+
+from wellfed.data.shards import TokenBatch
+
+
+def token_stats(lengths: np.ndarray, truncated: int) -> dict:
+    if len(lengths) == 0:
+        return {"rows": 0, "tokens": 0, "truncated_rows": truncated}
+    p50, p90, p99 = np.percentile(lengths, [50, 90, 99])
+    return {"rows": int(len(lengths)), "tokens": int(lengths.sum()),
+            "length_mean": round(float(lengths.mean()), 2), "length_p50": round(float(p50), 2),
+            "length_p90": round(float(p90), 2), "length_p99": round(float(p99), 2), "length_max": int(lengths.max()),
+            "truncated_rows": int(truncated)}
+
+
+class SplitTokenizer:
+    """Tokenizes a prepared parquet split in bounded-memory batches and keeps running stats."""
+
+    def __init__(self, tokenizer, max_length: int, batch_rows: int):
+        self.backend = copy.deepcopy(tokenizer.backend_tokenizer)
+        self.backend.no_padding()
+        self.backend.enable_truncation(max_length)
+        self.max_length = max_length
+        self.batch_rows = batch_rows
+        self.truncated = 0
+        self.lengths: list[np.ndarray] = []
+
+    def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        encodings = self.backend.encode_batch_fast(texts)
+        ids = [e.ids for e in encodings]
+        lengths = np.fromiter(map(len, ids), np.int32, len(ids))
+        values = np.fromiter(itertools.chain.from_iterable(ids), np.int32, int(lengths.sum()))
+        # Only rows that hit max_length can have been cut; look at just those encodings.
+        at_limit = np.flatnonzero(lengths == self.max_length)
+        self.truncated += sum(1 for i in at_limit if encodings[i].overflowing)
+        return values, lengths
+
+    def batches(self, parquet_path: str, desc: str) -> Iterator[TokenBatch]:
+        source = pq.ParquetFile(parquet_path)
+        bar = tqdm(total=source.metadata.num_rows, desc=f"tokenize {desc}", unit="rows",
+                   mininterval=1.0, leave=False)
+        for batch in source.iter_batches(batch_size=self.batch_rows,
+                                         columns=["row_id", "text", "label"]):
+            values, lengths = self.encode(batch.column("text").to_pylist())
+            self.lengths.append(lengths)
+            bar.update(len(lengths))
+            yield TokenBatch(values, lengths, batch.column("label").to_numpy(),
+                             batch.column("row_id").to_numpy())
+        bar.close()
+
+    def stats(self) -> dict:
+        lengths = np.concatenate(self.lengths) if self.lengths else np.zeros(0, np.int32)
+        return token_stats(lengths, self.truncated)

@@ -1,0 +1,93 @@
+"""Device and precision, decided once from a small table. The only module touching torch.cuda.
+
+| device               | auto precision | why                                                  |
+|----------------------|----------------|------------------------------------------------------|
+| CUDA, bf16-capable   | bf16           | Ampere+; no loss scaling needed                      |
+| CUDA, older (V100,T4)| fp16 + scaler  | tensor cores, GradScaler guards underflow            |
+| CPU                  | fp32           | bf16 autocast measured 2.7x slower on this CPU       |
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Precision:
+    name: str  # bf16 | fp16 | fp32
+    reason: str
+
+    @property
+    def dtype(self) -> torch.dtype | None:
+        return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.name)
+
+    @property
+    def needs_scaler(self) -> bool:
+        return self.name == "fp16"
+
+
+def cuda_available() -> bool:
+    return torch.cuda.is_available()
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    import platform
+
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def choose_precision(requested: str, device: torch.device) -> Precision:
+    """Resolve `train.precision` for `device`; raise a clear error when it cannot be done."""
+    if device.type == "cuda":
+        bf16_ok = torch.cuda.is_bf16_supported()
+        if requested == "auto":
+            if bf16_ok:
+                return Precision("bf16", f"auto: {device_name(device)} supports bf16")
+            return Precision("fp16", f"auto: {device_name(device)} has no bf16; fp16 + GradScaler")
+        if requested == "bf16" and not bf16_ok:
+            raise ValueError(f"train.precision bf16: {device_name(device)} does not support bf16; "
+                             "use fp16 or auto")
+        return Precision(requested, "set in params")
+    if requested == "auto":
+        return Precision("fp32", "auto: CPU, where bf16 autocast is measured 2.7x slower")
+    if requested == "fp16":
+        raise ValueError("train.precision fp16 needs a CUDA GPU; use auto, fp32 or bf16 on CPU")
+    return Precision(requested, "set in params")
+
+
+def autocast(device: torch.device, precision: Precision):
+    if precision.dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=precision.dtype)
+
+
+def grad_scaler(device: torch.device, precision: Precision):
+    """A GradScaler for fp16 on CUDA, else a disabled one (its calls become no-ops)."""
+    return torch.amp.GradScaler(device.type, enabled=precision.needs_scaler)
+
+
+def pad_multiple(requested: int, device: torch.device) -> int:
+    """0 = per device: 8 on CUDA (tensor-core tiles), 1 on CPU (padding to 8 cost ~15% on SST-2)."""
+    if requested:
+        return requested
+    return 8 if device.type == "cuda" else 1
+
+
+def to_device(batch: dict, device: torch.device) -> dict:
+    """Host numpy batch -> device tensors; pinned memory + non_blocking copies on CUDA."""
+    out = {}
+    for key, value in batch.items():
+        tensor = torch.from_numpy(value)
+        if device.type == "cuda":
+            tensor = tensor.pin_memory().to(device, non_blocking=True)
+        out[key] = tensor
+    return out
+
+
+def max_memory_bytes(device: torch.device) -> int:
+    return torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0

@@ -1,0 +1,45 @@
+"""prepare: raw labelled files (or a Hub dataset) -> cleaned, id-labelled splits + data report.
+
+usage: python stages/prepare.py RAW_DIR PREPARED_DIR REPORT_JSON
+"""
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from wellfed.cli import stage
+from wellfed.config import load_params
+from wellfed.data import prepare, sources
+from wellfed.outputs import atomic_path, write_json
+
+
+@stage
+def main(raw_dir, prepared_dir, report_json):
+    (cfg,) = load_params("params.yaml", "prepare")
+    raw = {}
+    for split in ("train", "validation", "test"):
+        name = getattr(cfg, split)
+        if not name:
+            continue
+        if cfg.hub_dataset:
+            frame = sources.read_hub(cfg.hub_dataset, cfg.hub_config, name, cfg.text_column,
+                                     cfg.label_column)
+            raw[split] = (frame, f"hub:{cfg.hub_dataset}/{name}")
+        else:
+            path = Path(raw_dir) / name
+            raw[split] = (sources.read_file(path, cfg.format, cfg.text_column, cfg.label_column),
+                          str(path))
+    splits, names, report = prepare.prepare_splits(raw, cfg)
+    with atomic_path(prepared_dir, is_dir=True) as tmp:
+        for split, frame in splits.items():
+            pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp / f"{split}.parquet")
+        write_json(tmp / "labels.json", {"names": names})
+    write_json(report_json, report)
+    for split, rep in report["splits"].items():
+        print(f"[wellfed] prepare {split}: read {rep['rows_read']}, kept {rep['kept']}, "
+              f"dropped {rep['dropped']}, labels {rep['labels']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,42 @@
+"""tokenize: prepared splits -> one memory-mapped Arrow token file per split + tokenizer + stats.
+# (Not named tokenize.py: a script of that name shadows the standard library module.)
+
+usage: python stages/tokenize_text.py PREPARED_DIR TOKENS_DIR STATS_JSON
+"""
+
+import json
+from pathlib import Path
+
+from wellfed.cli import stage
+from wellfed.config import load_params
+from wellfed.data.shards import write_token_file
+from wellfed.data.tokenization import SplitTokenizer
+from wellfed.model import load_tokenizer, resolve_source
+from wellfed.outputs import atomic_path, write_json
+
+
+@stage
+def main(prepared_dir, tokens_dir, stats_json):
+    tok_cfg, model_cfg = load_params("params.yaml", "tokenize", "model")
+    prepared = Path(prepared_dir)
+    labels = json.loads((prepared / "labels.json").read_text())["names"]
+    source = resolve_source(model_cfg.name)
+    tokenizer = load_tokenizer(source, model_cfg.trust_remote_code)
+    stats = {}
+    with atomic_path(tokens_dir, is_dir=True) as tmp:
+        for split_file in sorted(prepared.glob("*.parquet")):
+            split = split_file.stem
+            encoder = SplitTokenizer(tokenizer, tok_cfg.max_length, tok_cfg.batch_rows)
+            write_token_file(tmp / f"{split}.arrow", encoder.batches(str(split_file), split),
+                             {"model_source": source, "max_length": str(tok_cfg.max_length)})
+            stats[split] = encoder.stats()
+            print(f"[wellfed] tokenize {split}: {stats[split]}")
+        tokenizer.save_pretrained(tmp / "tokenizer")
+        write_json(tmp / "meta.json", {"model_source": source, "labels": labels,
+                                       "pad_id": tokenizer.pad_token_id or 0,
+                                       "max_length": tok_cfg.max_length})
+    write_json(stats_json, stats)
+
+
+if __name__ == "__main__":
+    main()

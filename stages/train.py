@@ -1,0 +1,47 @@
+"""train: token files -> fine-tuned model on Ray Train workers, recorded in one MLflow run.
+
+usage: python stages/train.py TOKENS_DIR MODEL_DIR TRAIN_DIR CHECKPOINT_DIR
+"""
+
+import json
+import time
+from pathlib import Path
+
+import yaml
+
+from wellfed import tracking
+from wellfed.cli import stage
+from wellfed.config import load_params
+from wellfed.outputs import write_json
+from wellfed.train import driver
+
+
+@stage
+def main(tokens_dir, model_dir, train_dir, checkpoint_dir):
+    model_cfg, train_cfg, ray_cfg, mlflow_cfg = load_params(
+        "params.yaml", "model", "train", "ray", "mlflow")
+    tokens, train_out = Path(tokens_dir), Path(train_dir)
+    meta = json.loads((tokens / "meta.json").read_text())
+    uri = tracking.tracking_uri(mlflow_cfg.tracking_uri, Path.cwd())
+    everything = yaml.safe_load(Path("params.yaml").read_text())
+    params = {f"{s}.{k}": v for s, section in everything.items() for k, v in section.items()}
+    started = time.time()
+    checkpoint, run_id, info = driver.fit(
+        tokens_dir=tokens, model_source=meta["model_source"], labels=meta["labels"],
+        pad_id=meta["pad_id"], model_cfg=model_cfg, train_cfg=train_cfg, ray_cfg=ray_cfg,
+        storage=Path(checkpoint_dir), uri=uri, experiment=mlflow_cfg.experiment, params=params,
+        tags=tracking.git_tags(Path.cwd()))
+    history = driver.export_model(checkpoint, tokens, Path(model_dir))
+    metrics = driver.summarize(history, time.time() - started)
+    driver.write_history(history, train_out / "history")
+    write_json(train_out / "metrics.json", metrics)
+    tracking.log_metrics(uri, run_id, {f"train_summary/{k}": v for k, v in metrics.items()})
+    tracking.log_artifacts(uri, run_id, model_dir, "model")
+    write_json(train_out / "run.json", {"mlflow_run_id": run_id, "tracking_uri": uri,
+                                        "ray_run": info["name"]})
+    driver.mark_complete(info["run_dir"], run_id)
+    print(f"[wellfed] train done: {metrics} (MLflow run {run_id})")
+
+
+if __name__ == "__main__":
+    main()
