@@ -54,17 +54,32 @@ def check_resources(ray_cfg: RayConfig, use_gpu: bool) -> None:
         raise ValueError("; ".join(problems))
 
 
+def quiet_ray_logs() -> None:
+    """Runs in every Ray worker process: keep the console for people, not Ray internals.
+
+    Ray 2.60 logs every `ray.train.report` payload at INFO under a logger named after its file
+    (so `LoggingConfig` does not reach it), and the placement-group cleaner warns once a second
+    when the state API (the dashboard, off here) is absent. Both stay in Ray's log files.
+    """
+    from ray.train.v2._internal.execution import context
+    from ray.train.v2._internal.execution.controller import placement_group_cleaner
+
+    logging.getLogger(context.__file__).setLevel(logging.WARNING)
+    logging.getLogger(placement_group_cleaner.__name__).setLevel(logging.ERROR)
+
+
 def connect(ray_cfg: RayConfig) -> None:
     import ray
 
     address = ray_cfg.address or os.environ.get("RAY_ADDRESS", "")
     env = {"env_vars": {k: os.environ[k] for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
-                        if k in os.environ} | {"TOKENIZERS_PARALLELISM": "false"}}
+                        if k in os.environ} | {"TOKENIZERS_PARALLELISM": "false"},
+           "worker_process_setup_hook": "wellfed.train.driver.quiet_ray_logs"}
     if address:
         ray.init(address=address, runtime_env=env, log_to_driver=True)
     else:
         ray.init(num_cpus=os.cpu_count(), include_dashboard=False, runtime_env=env,
-                 log_to_driver=True)
+                 log_to_driver=True, logging_level=logging.WARNING)
     res = ray.cluster_resources()
     log.info("ray: %s, %d node(s), %g CPUs, %g GPUs", address or "local",
              len([n for n in ray.nodes() if n["Alive"]]), res.get("CPU", 0), res.get("GPU", 0))
@@ -129,7 +144,8 @@ def fit(*, tokens_dir: Path, model_source: str, labels: list[str], pad_id: int,
                 name=name, storage_path=str(storage),
                 failure_config=ray.train.FailureConfig(max_failures=ray_cfg.max_failures),
                 checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2),
-                callbacks=[tracking.MlflowCallback(uri, run_id)]),
+                callbacks=[tracking.MlflowCallback(uri, run_id)],
+                logging_config=ray.train.LoggingConfig(log_level="WARNING")),
         )
         result = trainer.fit()
     finally:

@@ -99,6 +99,9 @@ def train_loop_per_worker(config: dict) -> None:
     import ray.train
     import ray.train.torch
     from transformers import get_linear_schedule_with_warmup
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # the driver shows progress; workers stay quiet
 
     cfg = from_dict("train", config["train"])
     ctx = ray.train.get_context()
