@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import difflib
+import io
 import json
 from pathlib import Path
 
@@ -50,18 +51,29 @@ def _read_text(path: Path) -> str:
 
 
 def _read_delimited(path: Path, sep: str) -> pd.DataFrame:
-    import io
-
+    """RFC 4180 quoting (quoted fields may hold the delimiter, quotes and newlines); every row
+    must have as many fields as the header: a ragged row is an error naming its line."""
     text = _read_text(path)
     if not text.strip():
         raise ValueError(f"{path}: the file is empty; it needs a header row and data rows")
+    kind = "TSV" if sep == "\t" else "CSV"
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep, quoting=csv.QUOTE_MINIMAL,
+                        strict=True)
     try:
-        # dtype=str + keep_default_na=False: the text "NA" or "null" is data, not a missing value.
-        return pd.read_csv(io.StringIO(text), sep=sep, dtype=str, keep_default_na=False,
-                           quoting=csv.QUOTE_MINIMAL, engine="c")
-    except pd.errors.ParserError as err:
-        raise ValueError(f"{path}: cannot parse as {'TSV' if sep == chr(9) else 'CSV'} ({err}); "
-                         "check that row for a stray delimiter or an unclosed quote") from None
+        header = next(reader)
+        rows = []
+        for row in reader:
+            if len(row) != len(header):
+                if not row:  # a blank line
+                    continue
+                raise ValueError(f"{path}: line {reader.line_num} has {len(row)} fields but the "
+                                 f"header has {len(header)}; quote fields that contain the "
+                                 f"delimiter, or fix that row")
+            rows.append(row)
+    except csv.Error as err:
+        raise ValueError(f"{path}: cannot parse as {kind} at line {reader.line_num} ({err}); "
+                         "check that row for an unclosed quote") from None
+    return pd.DataFrame(rows, columns=header, dtype=object)
 
 
 def _read_jsonl(path: Path) -> pd.DataFrame:

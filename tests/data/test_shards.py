@@ -1,0 +1,72 @@
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from wellfed.data.shards import TokenBatch, TokenFile, write_token_file
+
+
+def make_rows(n, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(1, 30000, size=rng.integers(1, 40), dtype=np.int32) for _ in range(n)]
+
+
+def batches_of(rows, size):
+    for start in range(0, len(rows), size):
+        chunk = rows[start:start + size]
+        yield TokenBatch(np.concatenate(chunk), np.array([len(r) for r in chunk], np.int32),
+                         np.arange(start, start + len(chunk)) % 3,
+                         np.arange(start, start + len(chunk)) + 1000)
+
+
+def test_round_trip_gives_the_same_ids_from_a_single_record_batch(tmp_path):
+    rows = make_rows(1000)
+    path = tmp_path / "train.arrow"
+    assert write_token_file(path, batches_of(rows, 97), {"k": "v"}) == 1000
+    reader = pa.ipc.open_file(pa.memory_map(str(path)))
+    assert reader.num_record_batches == 1  # many writer batches, one record batch on disk
+    tf = TokenFile(path)
+    assert len(tf) == 1000 and tf.metadata == {"k": "v"}
+    checked = 0
+    for i, row in enumerate(rows):
+        np.testing.assert_array_equal(tf.row(i), row)
+        checked += 1
+    assert checked == 1000
+    assert tf.row_ids[5] == 1005 and tf.labels[5] == 5 % 3
+    assert not (tmp_path / "train.arrow.values").exists()  # the scratch file is gone
+
+
+def test_open_is_zero_copy_memory_mapped(tmp_path):
+    path = tmp_path / "t.arrow"
+    write_token_file(path, batches_of(make_rows(200), 50))
+    before = pa.total_allocated_bytes()
+    tf = TokenFile(path)
+    assert pa.total_allocated_bytes() - before < 64 * 200  # only the small offsets copy is allowed
+    assert not tf.values.flags.owndata and not tf.values.flags.writeable  # a view on the mmap
+
+
+def test_gather_pads_and_masks_exactly(tmp_path):
+    rows = make_rows(300, seed=3)
+    path = tmp_path / "t.arrow"
+    write_token_file(path, batches_of(rows, 64))
+    tf = TokenFile(path)
+    idx = np.array([5, 17, 0, 299, 17])
+    out = tf.gather(idx, pad_id=0, pad_multiple=8)
+    width = max(len(rows[i]) for i in idx)
+    assert out["input_ids"].shape == (5, -(-width // 8) * 8)
+    for k, i in enumerate(idx):
+        n = len(rows[i])
+        np.testing.assert_array_equal(out["input_ids"][k, :n], rows[i])
+        assert (out["input_ids"][k, n:] == 0).all()
+        assert out["attention_mask"][k].sum() == n and out["attention_mask"][k, :n].all()
+    np.testing.assert_array_equal(out["labels"], idx % 3)
+
+
+def test_empty_split_and_missing_file(tmp_path):
+    path = tmp_path / "e.arrow"
+    assert write_token_file(path, iter([])) == 0
+    assert len(TokenFile(path)) == 0
+    with pytest.raises(FileNotFoundError, match="run the tokenize stage"):
+        TokenFile(tmp_path / "nope.arrow")
+    (tmp_path / "junk.arrow").write_bytes(b"not arrow at all")
+    with pytest.raises(ValueError, match="not an Arrow IPC token file"):
+        TokenFile(tmp_path / "junk.arrow")

@@ -1,0 +1,66 @@
+import json
+
+import pandas as pd
+import pytest
+
+from conftest import write_tsv
+from wellfed.data.sources import read_file
+
+
+def test_tsv_with_quoted_tabs_newlines_and_bom(tmp_path):
+    path = tmp_path / "t.tsv"
+    path.write_bytes("\ufeffsentence\tlabel\n\"a\ttab\"\t1\n\"two\nlines\"\t0\n\"say \"\"hi\"\"\"\t1\nNA\t0\n"
+                     .encode("utf-8"))
+    frame = read_file(path, "auto", "sentence", "label")
+    assert frame["text"].tolist() == ["a\ttab", "two\nlines", 'say "hi"', "NA"]
+    assert frame["label"].tolist() == ["1", "0", "1", "0"]
+    assert frame["row"].tolist() == [0, 1, 2, 3]
+
+
+def test_csv_jsonl_parquet_read_the_same_rows(tmp_path):
+    rows = [("good film", "pos"), ("bad, really", "neg")]
+    frame = pd.DataFrame(rows, columns=["text", "y"])
+    frame.to_csv(tmp_path / "a.csv", index=False)
+    frame.to_parquet(tmp_path / "a.parquet")
+    (tmp_path / "a.jsonl").write_text("\n".join(json.dumps({"text": t, "y": y}) for t, y in rows))
+    read = [read_file(tmp_path / f"a.{ext}", "auto", "text", "y") for ext in ("csv", "jsonl", "parquet")]
+    assert len(read) == 3
+    for got in read:
+        assert list(zip(got["text"], got["label"])) == rows
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"sentence\tlabel\ngood\t1\nbad\xff\t0\n", r"not valid UTF-8 at byte 25 \(line 3\)"),
+    (b"", "the file is empty"),
+    (b"sentence\tlabel\ngood\t1\tEXTRA\tMORE\n", "line 2 has 4 fields but the header has 2"),
+])
+def test_unreadable_files_name_the_file_and_the_place(tmp_path, content, message):
+    path = tmp_path / "bad.tsv"
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=message) as err:
+        read_file(path, "auto", "sentence", "label")
+    assert str(path) in str(err.value)
+
+
+def test_missing_column_suggests_the_closest(tmp_path):
+    path = write_tsv(tmp_path / "t.tsv", [("x", "1")], header=("sentence", "labels"))
+    with pytest.raises(ValueError, match=r"no column 'label' \(prepare.label_column\).*did you mean 'labels'"):
+        read_file(path, "auto", "sentence", "label")
+
+
+def test_broken_jsonl_line_and_unknown_extension(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"text": "a", "label": 1}\n{"text": "b", "label": \n')
+    with pytest.raises(ValueError, match="line 2 is not valid JSON"):
+        read_file(path, "auto", "text", "label")
+    (tmp_path / "d.txt").write_text("x")
+    with pytest.raises(ValueError, match="set prepare.format"):
+        read_file(tmp_path / "d.txt", "auto", "text", "label")
+    with pytest.raises(FileNotFoundError, match="raw data file not found"):
+        read_file(tmp_path / "missing.tsv", "auto", "text", "label")
+
+
+def test_parquet_text_column_must_be_strings(tmp_path):
+    pd.DataFrame({"text": [1, 2], "label": ["a", "b"]}).to_parquet(tmp_path / "n.parquet")
+    with pytest.raises(ValueError, match="has type int64, not string"):
+        read_file(tmp_path / "n.parquet", "auto", "text", "label")

@@ -1,0 +1,64 @@
+"""Helpers to run the real pipeline in a throwaway copy of the project."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+PROJECT = Path(__file__).resolve().parents[2]
+
+
+def make_project(dest: Path, params: dict, raw_rows: dict[str, int] | None = None) -> Path:
+    """Copy the pipeline into `dest` as its own git + DVC repo, with `params` merged in."""
+    for name in ("dvc.yaml", "params.yaml"):
+        shutil.copy(PROJECT / name, dest / name)
+    for name in ("stages", "src"):
+        shutil.copytree(PROJECT / name, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+    raw = dest / "data" / "raw"
+    raw.mkdir(parents=True)
+    for name, limit in (raw_rows or {"train.tsv": 600, "dev.tsv": 150, "test.tsv": 150}).items():
+        lines = (PROJECT / "data" / "raw" / name).read_text(encoding="utf-8").splitlines(True)
+        (raw / name).write_text("".join(lines[:limit + 1]), encoding="utf-8")
+    current = yaml.safe_load((dest / "params.yaml").read_text())
+    for section, values in params.items():
+        current.setdefault(section, {}).update(values)
+    (dest / "params.yaml").write_text(yaml.safe_dump(current, sort_keys=False))
+    (dest / ".gitignore").write_text("mlflow.db\n/data/checkpoints/\n")
+    run(["git", "init", "-q"], dest)
+    run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "--allow-empty",
+         "-m", "init"], dest)
+    run(["dvc", "init", "-q"], dest)
+    run(["dvc", "config", "core.analytics", "false"], dest)
+    run(["git", "add", "-A"], dest)
+    run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "-m", "pipeline"], dest)
+    return dest
+
+
+def env() -> dict:
+    out = dict(os.environ)
+    out["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{out['PATH']}"
+    out.update({"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"})
+    for key in ("MLFLOW_TRACKING_URI", "RAY_ADDRESS", "DVC_EXP_NAME", "DVC_ROOT"):
+        out.pop(key, None)
+    return out
+
+
+def run(cmd: list[str], cwd: Path, check: bool = True, timeout: int = 900):
+    proc = subprocess.run(cmd, cwd=cwd, env=env(), capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n"
+                             f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def mlflow_runs(project: Path, experiment: str = "wellfed"):
+    import mlflow
+
+    client = mlflow.MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
+    exp = client.get_experiment_by_name(experiment)
+    return client, client.search_runs([exp.experiment_id], order_by=["start_time ASC"])

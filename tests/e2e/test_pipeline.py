@@ -1,0 +1,91 @@
+"""`dvc repro` end to end: tiny random-init BERT, 2 Ray workers on CPU, real DVC and MLflow."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from tests.e2e.pipeline import make_project, mlflow_runs, run
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory, tiny_model_dir):
+    dest = tmp_path_factory.mktemp("pipeline")
+    params = {"model": {"name": str(tiny_model_dir), "init": "random"},
+              "train": {"epochs": 3, "lr": 2e-3, "global_batch_size": 16, "micro_batch_size": 4,
+                        "eval_every": 20, "report_every": 5, "checkpoint_every": 20},
+              "ray": {"num_workers": 2, "cpus_per_worker": 1}}
+    make_project(dest, params)
+    proc = run(["dvc", "repro"], dest)
+    return dest, proc
+
+
+def test_repro_writes_every_output(project):
+    dest, proc = project
+    assert (dest / "dvc.lock").is_file()
+    for path in ("data/prepared/train.parquet", "data/tokens/train.arrow", "data/model/config.json",
+                 "data/train/metrics.json", "data/train/history/steps.csv",
+                 "data/eval/predictions.parquet", "data/eval/confusion.png"):
+        assert (dest / path).is_file(), path
+    assert "[wellfed] step" in proc.stdout + proc.stderr  # the driver-side progress line
+    assert "Reporting training result" not in proc.stdout + proc.stderr
+
+
+def test_model_directory_loads_in_a_transformers_pipeline(project):
+    from transformers import pipeline
+
+    dest, _ = project
+    clf = pipeline("text-classification", model=str(dest / "data" / "model"))
+    out = clf(["the film was wonderful .", "the app was broken ."])
+    assert len(out) == 2
+    assert {o["label"] for o in out} <= {"negative", "neutral", "positive"}
+
+
+def test_metrics_and_predictions(project):
+    dest, _ = project
+    metrics = json.loads((dest / "data/eval/metrics.json").read_text())
+    assert metrics["split"] == "test" and metrics["rows"] == 150
+    assert 0 <= metrics["accuracy"] <= 1 and 0 <= metrics["macro_f1"] <= 1
+    assert set(metrics["per_class"]) == {"negative", "neutral", "positive"}
+    preds = pd.read_parquet(dest / "data/eval/predictions.parquet")
+    assert preds["row_id"].tolist() == list(range(150))  # original file order
+    gold = pd.read_csv(dest / "data/raw/test.tsv", sep="\t")["label"].tolist()
+    assert preds["gold"].tolist() == gold
+    train = json.loads((dest / "data/train/metrics.json").read_text())
+    # 600 rows / 16 per step = 38 steps per epoch (the last one partial), 3 epochs.
+    assert train["steps"] == 114 and train["rows_seen"] == 3 * 600
+
+
+def test_mlflow_run_has_params_losses_validation_and_eval(project):
+    dest, _ = project
+    client, runs = mlflow_runs(dest)
+    assert len(runs) == 1
+    run_ = runs[0]
+    params = run_.data.params
+    assert params["train.lr"] == "0.002" and params["derived.world_size"] == "2"
+    assert params["prepare.text_column"] == "sentence"  # every params.yaml value
+    assert run_.data.tags["git.commit"] != "unknown"
+    loss = [m.value for m in client.get_metric_history(run_.info.run_id, "train/loss")]
+    steps = [m.step for m in client.get_metric_history(run_.info.run_id, "train/loss")]
+    assert steps == list(range(1, 115))  # one value per step, in order
+    assert sum(loss[-10:]) / 10 < sum(loss[:10]) / 10 - 0.1  # it learned
+    assert len(client.get_metric_history(run_.info.run_id, "val/accuracy")) == 6  # 5 evals + final
+    for key in ("eval/accuracy", "eval/macro_f1", "perf/samples_per_s", "perf/padding_efficiency",
+                "worker0/input_wait_share", "worker1/input_wait_share"):
+        assert key in run_.data.metrics, key
+    artifacts = {a.path for a in client.list_artifacts(run_.info.run_id)}
+    assert {"model", "eval"} <= artifacts
+
+
+def test_second_repro_does_nothing_and_an_experiment_is_a_new_run(project):
+    dest, _ = project
+    again = run(["dvc", "repro"], dest)
+    assert "Data and pipelines are up to date" in again.stdout
+    exp = run(["dvc", "exp", "run", "-S", "train.lr=0.001", "-S", "train.epochs=1"], dest)
+    assert exp.returncode == 0
+    client, runs = mlflow_runs(dest)
+    assert len(runs) == 2
+    assert runs[1].data.params["train.lr"] == "0.001"
+    assert runs[1].data.tags.get("dvc.exp_name")
