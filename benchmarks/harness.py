@@ -36,6 +36,9 @@ def machine() -> dict:
              "torch_threads": torch.get_num_threads(), "platform": platform.platform()}
     if hasattr(os, "sched_getaffinity"):
         facts["cpus_usable"] = len(os.sched_getaffinity(0))
+    if hasattr(os, "getloadavg"):
+        # Other work on the box skews absolute numbers (ratios less: contenders are interleaved).
+        facts["loadavg_1_5_15m"] = [round(x, 2) for x in os.getloadavg()]
     for name in ("transformers", "datasets", "tokenizers", "pyarrow", "numpy", "accelerate"):
         try:
             facts[name] = __import__(name).__version__
@@ -103,10 +106,11 @@ def ratio(value: float, target: float, *, of: str, over: str, higher_is_better: 
 
 
 class Clock:
-    """Wall time of a whole benchmark, reported in its JSON."""
+    """Wall time of a whole benchmark and the machine's load when it began, for its JSON."""
 
     def __init__(self):
         self.start = time.perf_counter()
+        self.load = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
 
-    def seconds(self) -> float:
-        return round(time.perf_counter() - self.start, 1)
+    def summary(self) -> dict:
+        return {"wall_s": round(time.perf_counter() - self.start, 1), "loadavg_at_start": self.load}

@@ -134,7 +134,7 @@ def main() -> None:
                    "datasets_load_from_disk": round(open_datasets, 4)},
         "contenders": contenders, "ratios": ratios,
         "all_met": all(r["met"] for r in ratios.values()),
-        "machine": harness.machine(), "wall_s": clock.seconds()})
+        "machine": harness.machine(), **clock.summary()})
 
 
 if __name__ == "__main__":

@@ -101,7 +101,7 @@ def main() -> None:
                    "max_length_seen": int(lengths.max())},
         "contenders": results, "extra": extra, "ratios": ratios,
         "all_met": all(r["met"] for r in ratios.values() if r["met"] is not None),
-        "machine": harness.machine(), "wall_s": clock.seconds()})
+        "machine": harness.machine(), **clock.summary()})
 
 
 if __name__ == "__main__":

@@ -12,15 +12,16 @@ import yaml
 from wellfed import tracking
 from wellfed.cli import stage
 from wellfed.config import load_params
-from wellfed.outputs import write_json
+from wellfed.outputs import atomic_path, write_json
+from wellfed.telemetry import diagnosis, plots
 from wellfed.train import driver
 
 
 @stage
 def main(tokens_dir, model_dir, train_dir, checkpoint_dir):
-    model_cfg, train_cfg, ray_cfg, mlflow_cfg = load_params(
-        "params.yaml", "model", "train", "ray", "mlflow")
-    tokens, train_out = Path(tokens_dir), Path(train_dir)
+    model_cfg, train_cfg, data_cfg, ray_cfg, mlflow_cfg = load_params(
+        "params.yaml", "model", "train", "data", "ray", "mlflow")
+    tokens, out = Path(tokens_dir), Path(train_dir)
     meta = json.loads((tokens / "meta.json").read_text())
     uri = tracking.tracking_uri(mlflow_cfg.tracking_uri, Path.cwd())
     everything = yaml.safe_load(Path("params.yaml").read_text())
@@ -28,17 +29,32 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir):
     started = time.time()
     checkpoint, run_id, info = driver.fit(
         tokens_dir=tokens, model_source=meta["model_source"], labels=meta["labels"],
-        pad_id=meta["pad_id"], model_cfg=model_cfg, train_cfg=train_cfg, ray_cfg=ray_cfg,
-        storage=Path(checkpoint_dir), uri=uri, experiment=mlflow_cfg.experiment, params=params,
-        tags=tracking.git_tags(Path.cwd()))
-    history = driver.export_model(checkpoint, tokens, Path(model_dir))
+        pad_id=meta["pad_id"], model_cfg=model_cfg, train_cfg=train_cfg, data_cfg=data_cfg,
+        ray_cfg=ray_cfg, storage=Path(checkpoint_dir), uri=uri,
+        experiment=mlflow_cfg.experiment, params=params, tags=tracking.git_tags(Path.cwd()))
+    history = driver.export_model(checkpoint, tokens, Path(model_dir), uri, run_id)
     metrics = driver.summarize(history, time.time() - started)
-    driver.write_history(history, train_out / "history")
-    write_json(train_out / "metrics.json", metrics)
-    tracking.log_metrics(uri, run_id, {f"train_summary/{k}": v for k, v in metrics.items()})
+    driver.write_history(history, out / "history")
+    with atomic_path(out / "plots", is_dir=True) as tmp:
+        plots.plot_history(out / "history", tmp)
+    tracking.log_artifacts(uri, run_id, out / "plots", "plots")
+
+    figures = diagnosis.figures_from_history(
+        tracking.metric_histories(uri, run_id, ("perf/", "worker")),
+        data_cfg.loader_workers, train_cfg.micro_batch_size)
+    text, diag = diagnosis.report(figures)
+    with atomic_path(out / "diagnosis.md") as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    write_json(out / "diagnosis.json", diag)
+    tracking.log_text(uri, run_id, text, "diagnosis.md")
+    print(text)
+
+    write_json(out / "metrics.json", metrics)
+    tracking.log_metrics(uri, run_id, {**{f"train_summary/{k}": v for k, v in metrics.items()},
+                                       **{f"diagnosis/{k}": v for k, v in diag.items()}})
     tracking.log_artifacts(uri, run_id, model_dir, "model")
-    write_json(train_out / "run.json", {"mlflow_run_id": run_id, "tracking_uri": uri,
-                                        "ray_run": info["name"]})
+    write_json(out / "run.json", {"mlflow_run_id": run_id, "tracking_uri": uri,
+                                  "ray_run": info["name"]})
     driver.mark_complete(info["run_dir"], run_id)
     print(f"[wellfed] train done: {metrics} (MLflow run {run_id})")
 

@@ -125,6 +125,17 @@ class TrainConfig:
     """Seed of model head init, shuffling and dropout."""
     pool_batches: int = 64
     """Length bucketing: rows are sorted by length inside pools of this many global batches."""
+    profile_steps: str = ""
+    """"A-B" captures a torch.profiler trace of optimizer steps A..B on rank 0 ("" = off)."""
+    max_bad_steps: int = 0
+    """Stop after this many consecutive non-finite losses (0 = never); fp16 overflow steps the
+    GradScaler skips are counted, not fatal."""
+
+    def profile_range(self) -> tuple[int, int] | None:
+        if not self.profile_steps:
+            return None
+        first, _, last = self.profile_steps.partition("-")
+        return int(first), int(last or first)
 
     def problems(self) -> list[str]:
         out = []
@@ -141,11 +152,40 @@ class TrainConfig:
             out.append(f"train.lr must be in (0, 1); got {self.lr}")
         if not 0 <= self.warmup_ratio < 1:
             out.append(f"train.warmup_ratio must be in [0, 1); got {self.warmup_ratio}")
+        if self.profile_steps:
+            try:
+                first, last = self.profile_range()
+                if not 1 <= first <= last:
+                    raise ValueError
+            except ValueError:
+                out.append(f"train.profile_steps must look like '10-12' (1-based, first <= last) "
+                           f"or ''; got {self.profile_steps!r}")
+        if self.max_bad_steps < 0:
+            out.append(f"train.max_bad_steps must be >= 0; got {self.max_bad_steps}")
         return out
 
     def accumulation_steps(self, world_size: int) -> int:
         """Micro-steps per optimizer step when micro-batches are full (token budgets may add more)."""
         return max(1, math.ceil(self.global_batch_size / (world_size * self.micro_batch_size)))
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """`data`: how workers feed the device from the token files."""
+
+    loader_workers: int = 0
+    """Background loader processes per worker (0 = gather in the training process; gathering a
+    batch takes ~0.1 ms here, so extra processes only pay off with a very fast device)."""
+    prefetch: int = 2
+    """Micro-batches each loader process prepares ahead (only with loader_workers > 0)."""
+
+    def problems(self) -> list[str]:
+        out = []
+        if not 0 <= self.loader_workers <= 64:
+            out.append(f"data.loader_workers must be in [0, 64]; got {self.loader_workers}")
+        if self.prefetch < 1:
+            out.append(f"data.prefetch must be >= 1; got {self.prefetch}")
+        return out
 
 
 @dataclass(frozen=True)
@@ -189,6 +229,7 @@ SECTIONS: dict[str, type] = {
     "tokenize": TokenizeConfig,
     "model": ModelConfig,
     "train": TrainConfig,
+    "data": DataConfig,
     "ray": RayConfig,
     "mlflow": MlflowConfig,
 }
@@ -298,6 +339,6 @@ def from_dict(name: str, data: dict):
 
 
 __all__ = [
-    "PrepareConfig", "TokenizeConfig", "ModelConfig", "TrainConfig", "RayConfig", "MlflowConfig",
+    "PrepareConfig", "TokenizeConfig", "ModelConfig", "TrainConfig", "DataConfig", "RayConfig", "MlflowConfig",
     "load_section", "load_params", "flatten", "as_dict", "from_dict", "SECTIONS",
 ]

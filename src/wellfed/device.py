@@ -82,9 +82,11 @@ def to_device(batch: dict, device: torch.device) -> dict:
     """Host numpy batch -> device tensors; pinned memory + non_blocking copies on CUDA."""
     out = {}
     for key, value in batch.items():
-        tensor = torch.from_numpy(value)
+        tensor = torch.as_tensor(value)
         if device.type == "cuda":
-            tensor = tensor.pin_memory().to(device, non_blocking=True)
+            if not tensor.is_pinned():  # a DataLoader with pin_memory=True pinned it already
+                tensor = tensor.pin_memory()
+            tensor = tensor.to(device, non_blocking=True)
         out[key] = tensor
     return out
 

@@ -101,10 +101,16 @@ def log_metrics(uri: str, run_id: str, metrics: dict[str, float], step: int | No
         client.log_batch(run_id, metrics=batch[i:i + 500])
 
 
+def spread(out: dict, name: str, values: list[float]) -> None:
+    """Cross-worker aggregates of one figure."""
+    out[f"{name}_min"], out[f"{name}_max"] = min(values), max(values)
+    out[f"{name}_mean"] = sum(values) / len(values)
+
+
 def interval_metrics(reports: list[dict]) -> dict[str, float]:
-    """Throughput of one report interval from all workers' reports (rank-keyed + aggregates)."""
-    rank0 = reports[0]
-    records = rank0["records"]
+    """One report interval from all workers' reports: global throughput, every worker's figures
+    keyed by rank, and min/mean/max across workers."""
+    records = reports[0]["records"]
     seconds = max(r["interval_s"] for r in reports)
     rows = sum(r["rows"] for r in records)
     real = sum(r["real_tokens"] for r in records)
@@ -112,18 +118,20 @@ def interval_metrics(reports: list[dict]) -> dict[str, float]:
     out = {"perf/samples_per_s": rows / seconds, "perf/real_tokens_per_s": real / seconds,
            "perf/padded_tokens_per_s": padded / seconds,
            "perf/padding_efficiency": real / padded if padded else 1.0}
-    waits = []
+    per_worker: dict[str, list[float]] = {}
     for rep in reports:
-        r = rep["rank"]
-        share = rep["input_wait_s"] / rep["interval_s"] if rep["interval_s"] else 0.0
-        waits.append(share)
-        out[f"worker{r}/input_wait_share"] = share
-        out[f"worker{r}/samples_per_s"] = rep["local_rows"] / rep["interval_s"]
-        out[f"worker{r}/real_tokens_per_s"] = rep["local_real_tokens"] / rep["interval_s"]
-        if rep.get("max_memory_bytes"):
-            out[f"worker{r}/max_memory_gb"] = rep["max_memory_bytes"] / 2**30
-    out["perf/input_wait_share_mean"] = sum(waits) / len(waits)
-    out["perf/input_wait_share_max"] = max(waits)
+        secs = rep["interval_s"] or 1e-9
+        figures = {"input_wait_share": rep["input_wait_s"] / secs,
+                   "copy_share": rep["copy_s"] / secs, "compute_share": rep["compute_s"] / secs,
+                   "samples_per_s": rep["local_rows"] / secs,
+                   "real_tokens_per_s": rep["local_real_tokens"] / secs, "mfu": rep["mfu"],
+                   **rep.get("telemetry", {})}
+        for key, value in figures.items():
+            out[f"worker{rep['rank']}/{key}"] = value
+            per_worker.setdefault(key, []).append(value)
+    for key, values in per_worker.items():
+        if len(values) == len(reports):
+            spread(out, f"perf/{key}", values)
     return out
 
 
@@ -149,6 +157,7 @@ class MlflowCallback(ray.train.UserCallback):
     def after_report(self, run_context, metrics: list[dict], checkpoint) -> None:
         if self.last_step is None:
             self.last_step = self._resume_point()
+            self._log_worker_choices(sorted(metrics, key=lambda m: m["rank"]))
         reports = sorted(metrics, key=lambda m: m["rank"])
         records = [r for r in reports[0]["records"] if r["step"] > self.last_step]
         if not records:
@@ -172,6 +181,24 @@ class MlflowCallback(ray.train.UserCallback):
         self.last_step = step
         self._progress(reports[0], records[-1], scalars)
 
+    def _log_worker_choices(self, reports: list[dict]) -> None:
+        """What the workers decided on their device: precision (and why), padding, device names."""
+        rank0 = reports[0]
+        params = {"derived.precision": rank0["precision"],
+                  "derived.precision_reason": rank0["precision_reason"],
+                  "derived.pad_multiple": rank0["pad_multiple"],
+                  "derived.devices": ",".join(sorted({r["device"] for r in reports})),
+                  "derived.peak_flops": f"{rank0['peak_flops']:.4g}",
+                  "derived.peak_source": rank0["peak_source"],
+                  "derived.telemetry": rank0["sampler"]}
+        log_params(self.uri, self.run_id, params, {})
+        print(f"[wellfed] precision={rank0['precision']} ({rank0['precision_reason']}), "
+              f"pad_multiple={rank0['pad_multiple']}, devices={params['derived.devices']}, "
+              f"peak {rank0['peak_flops'] / 1e12:.3g} TFLOP/s ({rank0['peak_source']})", flush=True)
+        if rank0["sampler"] != "gpu":
+            print("[wellfed] no GPU telemetry on this run (no CUDA device / NVML): recording "
+                  "process CPU utilisation and memory instead", flush=True)
+
     def _progress(self, rank0: dict, rec: dict, scalars: dict) -> None:
         now = time.time()
         total = rank0["steps_total"]
@@ -190,3 +217,19 @@ def log_artifacts(uri: str, run_id: str, local_dir: str | Path, artifact_path: s
     import mlflow
 
     mlflow.MlflowClient(uri).log_artifacts(run_id, str(local_dir), artifact_path)
+
+
+def metric_histories(uri: str, run_id: str, prefixes: tuple[str, ...]) -> dict[str, list[float]]:
+    """Every logged value (in step order) of the run's metrics whose key starts with `prefixes`."""
+    import mlflow
+
+    client = mlflow.MlflowClient(uri)
+    keys = [k for k in client.get_run(run_id).data.metrics if k.startswith(prefixes)]
+    return {k: [m.value for m in sorted(client.get_metric_history(run_id, k), key=lambda m: m.step)]
+            for k in keys}
+
+
+def log_text(uri: str, run_id: str, text: str, artifact_file: str) -> None:
+    import mlflow
+
+    mlflow.MlflowClient(uri).log_text(run_id, text, artifact_file)

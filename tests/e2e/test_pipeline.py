@@ -15,7 +15,9 @@ def project(tmp_path_factory, tiny_model_dir):
     dest = tmp_path_factory.mktemp("pipeline")
     params = {"model": {"name": str(tiny_model_dir), "init": "random"},
               "train": {"epochs": 3, "lr": 2e-3, "global_batch_size": 16, "micro_batch_size": 4,
-                        "eval_every": 20, "report_every": 5, "checkpoint_every": 20},
+                        "eval_every": 20, "report_every": 5, "checkpoint_every": 20,
+                        "profile_steps": "3-4"},
+              "data": {"loader_workers": 1, "prefetch": 2},
               "ray": {"num_workers": 2, "cpus_per_worker": 1}}
     make_project(dest, params)
     proc = run(["dvc", "repro"], dest)
@@ -76,7 +78,32 @@ def test_mlflow_run_has_params_losses_validation_and_eval(project):
                 "worker0/input_wait_share", "worker1/input_wait_share"):
         assert key in run_.data.metrics, key
     artifacts = {a.path for a in client.list_artifacts(run_.info.run_id)}
-    assert {"model", "eval"} <= artifacts
+    assert {"model", "eval", "plots", "profile", "diagnosis.md"} <= artifacts
+    profile = {a.path for a in client.list_artifacts(run_.info.run_id, "profile")}
+    assert {"profile/trace_steps_3-4.json", "profile/top_operators.txt"} == profile
+
+
+def test_telemetry_keys_have_sane_values_for_every_worker(project):
+    dest, _ = project
+    client, runs = mlflow_runs(dest)
+    run_id = runs[0].info.run_id
+    history = {k: [m.value for m in client.get_metric_history(run_id, k)]
+               for k in runs[0].data.metrics}
+    for rank in (0, 1):
+        waits = history[f"worker{rank}/input_wait_share"]
+        assert len(waits) == len(history["perf/samples_per_s"]) > 5  # one value per interval
+        assert all(0 <= w <= 1 for w in waits)
+        assert all(m > 0 for m in history[f"worker{rank}/mfu"])
+        assert all(u >= 0 for u in history[f"worker{rank}/cpu_util_pct"])
+    assert all(0 < p <= 1 for p in history["perf/padding_efficiency"])
+    params = runs[0].data.params
+    assert params["derived.precision"] == "fp32" and "CPU" in params["derived.precision_reason"]
+    assert params["derived.peak_source"].startswith("measured:") and params["derived.telemetry"] == "cpu"
+    assert any(k.startswith("system/") for k in runs[0].data.metrics)  # MLflow system metrics
+    diagnosis = (dest / "data/train/diagnosis.md").read_text()
+    assert "Bottleneck:" in diagnosis and "input-bound" not in diagnosis
+    steps = [m.step for m in client.get_metric_history(run_id, "train/loss")]
+    assert steps == sorted(set(steps))  # strictly increasing, no repeats
 
 
 def test_second_repro_does_nothing_and_an_experiment_is_a_new_run(project):

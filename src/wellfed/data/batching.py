@@ -45,6 +45,10 @@ class Step:
     """Rows in the global batch over all ranks: the loss is normalised by it."""
     micro: list[np.ndarray]
     """This rank's micro-batches (row indices; may be empty arrays = filler)."""
+    real_tokens: int = 0
+    """Non-pad tokens in the global batch (all ranks)."""
+    padded_tokens: int = 0
+    """Tokens computed for the global batch on all ranks, padding included."""
 
 
 def padded_width(length: int, multiple: int) -> int:
@@ -117,11 +121,50 @@ def iterate_steps(lengths: np.ndarray, spec: BatchSpec, rank: int, start_epoch: 
         batches = global_batches(lengths, spec, epoch)
         first = start_index if epoch == start_epoch else 0
         for index in range(first, len(batches)):
-            micro = split_step(batches[index], lengths, spec)[rank]
-            yield Step(epoch, index, len(batches[index]), micro)
+            every_rank = split_step(batches[index], lengths, spec)
+            padded = sum(len(m) * padded_width(lengths[m].max(), spec.pad_multiple) if len(m) else 1
+                         for parts in every_rank for m in parts)
+            yield Step(epoch, index, len(batches[index]), every_rank[rank],
+                       int(lengths[batches[index]].sum()), int(padded))
 
 
 def eval_batches(lengths: np.ndarray, spec: BatchSpec, rank: int) -> list[np.ndarray]:
     """Sorted by length, no shuffle; rank r takes every world_size-th batch."""
     order = np.argsort(-lengths, kind="stable")
     return cut(order, lengths, spec)[rank::spec.world_size]
+
+
+def collate(data, idx: np.ndarray, pad_id: int, multiple: int) -> dict[str, np.ndarray]:
+    """Host batch with per-row loss weights; an empty share becomes one weight-0 pad row."""
+    if len(idx):
+        batch = data.gather(idx, pad_id, multiple)
+        batch["weights"] = np.ones(len(idx), np.float32)
+        return batch
+    return {"input_ids": np.full((1, 1), pad_id, np.int64),
+            "attention_mask": np.ones((1, 1), np.int64),
+            "labels": np.zeros(1, np.int64), "weights": np.zeros(1, np.float32)}
+
+
+class MicroBatches:
+    """Map-style dataset: item i is the i-th micro-batch of a plan, gathered from a token file.
+
+    Used with a torch DataLoader when `data.loader_workers` > 0: each loader process opens its own
+    memory map on first use (pickling the arrays would copy them), and DataLoader keeps order.
+    """
+
+    def __init__(self, path: str, plan: list[np.ndarray], pad_id: int, multiple: int):
+        self.path, self.plan, self.pad_id, self.multiple = path, plan, pad_id, multiple
+        self._data = None
+
+    def __len__(self) -> int:
+        return len(self.plan)
+
+    def __getitem__(self, i: int) -> dict[str, np.ndarray]:
+        if self._data is None:
+            from wellfed.data.shards import TokenFile
+
+            self._data = TokenFile(self.path)
+        return collate(self._data, self.plan[i], self.pad_id, self.multiple)
+
+    def __getstate__(self):
+        return {**self.__dict__, "_data": None}

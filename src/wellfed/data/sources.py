@@ -33,7 +33,7 @@ def _missing_column(path: Path, column: str, key: str, columns: list[str]) -> Va
     close = difflib.get_close_matches(column, [str(c) for c in columns], n=2, cutoff=0.4)
     hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
     return ValueError(f"{path}: no column '{column}' (prepare.{key}); the file has "
-                      f"{', '.join(map(repr, columns))}{hint}")
+                      f"{', '.join(map(repr, columns))}{hint} Set prepare.{key} to one of them")
 
 
 def _decode_error(path: Path, data: bytes, err: UnicodeDecodeError) -> ValueError:

@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from wellfed import tracking
-from wellfed.config import ModelConfig, RayConfig, TrainConfig
+from wellfed.config import DataConfig, ModelConfig, RayConfig, TrainConfig
 
 log = logging.getLogger(__name__)
 RUN_FILE = "wellfed_run.json"
@@ -98,7 +98,8 @@ def prepare_storage(storage: Path, name: str) -> tuple[Path, str | None]:
 
 
 def fit(*, tokens_dir: Path, model_source: str, labels: list[str], pad_id: int,
-        model_cfg: ModelConfig, train_cfg: TrainConfig, ray_cfg: RayConfig, storage: Path,
+        model_cfg: ModelConfig, train_cfg: TrainConfig, data_cfg: DataConfig, ray_cfg: RayConfig,
+        storage: Path,
         uri: str, experiment: str, params: dict, tags: dict) -> tuple[object, str, dict]:
     """Run training on Ray; return (final checkpoint, MLflow run id, run info)."""
     import ray
@@ -134,6 +135,7 @@ def fit(*, tokens_dir: Path, model_source: str, labels: list[str], pad_id: int,
         trainer = TorchTrainer(
             train_loop_per_worker,
             train_loop_config={"train": asdict(train_cfg), "model": asdict(model_cfg),
+                               "data": asdict(data_cfg),
                                "model_source": model_source, "labels": labels, "pad_id": pad_id,
                                "tokens_dir": str(tokens_dir.resolve()),
                                "threads": ray_cfg.cpus_per_worker},
@@ -147,7 +149,13 @@ def fit(*, tokens_dir: Path, model_source: str, labels: list[str], pad_id: int,
                 callbacks=[tracking.MlflowCallback(uri, run_id)],
                 logging_config=ray.train.LoggingConfig(log_level="WARNING")),
         )
-        result = trainer.fit()
+        import mlflow
+
+        # MLflow's own system metrics (CPU, memory, GPU) for the driver node, into the same run.
+        mlflow.set_tracking_uri(uri)
+        mlflow.system_metrics.set_system_metrics_node_id(f"driver-{os.uname().nodename}")
+        with mlflow.start_run(run_id=run_id, log_system_metrics=True):
+            result = trainer.fit()
     finally:
         ray.shutdown()
     if result.checkpoint is None:
@@ -159,8 +167,9 @@ def mark_complete(run_dir: Path, run_id: str) -> None:
     (run_dir / RUN_FILE).write_text(json.dumps({"mlflow_run_id": run_id, "complete": True}))
 
 
-def export_model(checkpoint, tokens_dir: Path, model_out: Path) -> list[dict]:
-    """Final checkpoint -> HF model directory (weights + tokenizer + label names); return history."""
+def export_model(checkpoint, tokens_dir: Path, model_out: Path, uri: str, run_id: str) -> list[dict]:
+    """Final checkpoint -> HF model directory (weights + tokenizer + label names); return the
+    per-step history. A profiler trace in the checkpoint goes to MLflow under `profile/`."""
     from wellfed.outputs import atomic_path
 
     with checkpoint.as_directory() as ckpt:
@@ -169,6 +178,10 @@ def export_model(checkpoint, tokens_dir: Path, model_out: Path) -> list[dict]:
         with atomic_path(model_out, is_dir=True) as tmp:
             shutil.copytree(ckpt / "hf_model", tmp, dirs_exist_ok=True)
             shutil.copytree(tokens_dir / "tokenizer", tmp, dirs_exist_ok=True)
+        if (ckpt / "profile").is_dir():
+            tracking.log_artifacts(uri, run_id, ckpt / "profile", "profile")
+            print(f"[wellfed] profiler trace + top operators logged to MLflow run {run_id} "
+                  "under profile/ (open the trace in https://ui.perfetto.dev)")
     return state["history"]
 
 
@@ -196,6 +209,8 @@ def write_history(history: list[dict], directory: Path) -> None:
     frame = pd.DataFrame(history)
     with atomic_path(directory, is_dir=True) as tmp:
         frame[["step", "loss", "lr", "grad_norm"]].to_csv(tmp / "steps.csv", index=False)
+        perf = ["samples_per_s", "real_tokens_per_s", "input_wait_share", "mfu"]
+        frame.dropna(subset=perf[:1])[["step", *perf]].to_csv(tmp / "perf.csv", index=False)
         if "val/accuracy" in frame:
             val = frame.dropna(subset=["val/accuracy"])[["step", "val/accuracy", "val/loss"]]
             val.rename(columns={"val/accuracy": "val_accuracy", "val/loss": "val_loss"}).to_csv(

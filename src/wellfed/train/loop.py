@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
+import shutil
 import tempfile
-import time
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import torch
@@ -19,9 +21,13 @@ import torch.nn.functional as F
 
 from wellfed import device as dev
 from wellfed.config import from_dict
-from wellfed.data.batching import BatchSpec, eval_batches, iterate_steps, steps_per_epoch
+from wellfed.data.batching import (BatchSpec, MicroBatches, Step, collate, eval_batches,
+                                   iterate_steps, steps_per_epoch)
 from wellfed.data.shards import TokenFile
 from wellfed.model import load_model
+from wellfed.telemetry.gpu import DeviceSampler
+from wellfed.telemetry.meter import StepMeter
+from wellfed.telemetry.peak import device_peak
 
 STATE_FILE = "train_state.json"
 
@@ -41,6 +47,66 @@ def total_steps(n_rows: int, cfg) -> int:
 
 def unwrap(model):
     return getattr(model, "module", model)
+
+
+def micro_batches(steps: Iterator[Step], data: TokenFile, path: Path, pad_id: int, multiple: int,
+                  loader_workers: int, prefetch: int, pin: bool):
+    """Yield (step, host micro-batches) in plan order; with loader_workers > 0 a torch
+    DataLoader gathers ahead in background processes, one epoch at a time."""
+    if loader_workers == 0:
+        for step in steps:
+            yield step, (collate(data, idx, pad_id, multiple) for idx in step.micro)
+        return
+    epoch_steps: list[Step] = []
+
+    def flush():
+        plan = [idx for s in epoch_steps for idx in s.micro]
+        loader = iter(torch.utils.data.DataLoader(
+            MicroBatches(str(path), plan, pad_id, multiple), batch_size=None, shuffle=False,
+            num_workers=loader_workers, prefetch_factor=prefetch, pin_memory=pin))
+        for s in epoch_steps:
+            yield s, (next(loader) for _ in s.micro)
+
+    for step in steps:
+        if epoch_steps and step.epoch != epoch_steps[-1].epoch:
+            yield from flush()
+            epoch_steps = []
+        epoch_steps.append(step)
+    if epoch_steps:
+        yield from flush()
+
+
+def train_step(model, batches, step: Step, optimizer, scheduler, scaler, cfg, device, precision,
+               world: int, meter: StepMeter, lengths: np.ndarray):
+    """One optimizer step over this rank's micro-batches; returns (loss, grad norm) on device."""
+    no_sync = getattr(model, "no_sync", contextlib.nullcontext)
+    loss_sum = torch.zeros((), device=device)
+    for i, idx in enumerate(step.micro):
+        with meter.waiting():
+            host = next(batches)
+        with meter.copying():
+            batch = dev.to_device(host, device)
+        meter.count(len(idx), int(lengths[idx].sum()), int(np.prod(host["input_ids"].shape)))
+        last = i == len(step.micro) - 1
+        with meter.computing(), (contextlib.nullcontext() if last else no_sync()):
+            with dev.autocast(device, precision):
+                logits = model(input_ids=batch["input_ids"],
+                               attention_mask=batch["attention_mask"]).logits
+            ce = F.cross_entropy(logits.float(), batch["labels"], reduction="none")
+            # Sum over this rank's rows / rows in the global batch; DDP averages gradients over
+            # ranks, so x world makes the gradient that of the whole global batch's mean loss.
+            loss = (ce * batch["weights"]).sum() * world / step.global_rows
+            scaler.scale(loss).backward()
+        loss_sum += loss.detach()
+    with meter.computing():
+        scaler.unscale_(optimizer)
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(),
+                                                   cfg.max_grad_norm or float("inf"))
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+        scheduler.step()
+    return torch.stack([loss_sum, grad_norm.detach().float()])
 
 
 def evaluate_split(model, data: TokenFile, spec: BatchSpec, rank: int, device, precision, pad_id):
@@ -63,25 +129,16 @@ def evaluate_split(model, data: TokenFile, spec: BatchSpec, rank: int, device, p
     return {"val/accuracy": correct / max(rows, 1), "val/loss": loss / max(rows, 1)}
 
 
-def micro_batch(data: TokenFile, idx: np.ndarray, pad_id: int, multiple: int) -> dict:
-    """Host batch with per-row loss weights; an empty share becomes one weight-0 pad row."""
-    if len(idx):
-        batch = data.gather(idx, pad_id, multiple)
-        batch["weights"] = np.ones(len(idx), np.float32)
-        return batch
-    return {"input_ids": np.full((1, 1), pad_id, np.int64),
-            "attention_mask": np.ones((1, 1), np.int64),
-            "labels": np.zeros(1, np.int64), "weights": np.zeros(1, np.float32)}
-
-
 def save_checkpoint(directory: Path, model, optimizer, scheduler, scaler, state: dict,
-                    final: bool) -> None:
+                    final: bool, profile_dir: Path | None) -> None:
     torch.save(unwrap(model).state_dict(), directory / "model.pt")
     torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
                 "scaler": scaler.state_dict()}, directory / "optim.pt")
     (directory / STATE_FILE).write_text(json.dumps(state))
     if final:
         unwrap(model).save_pretrained(directory / "hf_model", safe_serialization=True)
+        if profile_dir and any(profile_dir.iterdir()):
+            shutil.copytree(profile_dir, directory / "profile")
 
 
 def load_checkpoint(directory: Path, model, optimizer, scheduler, scaler) -> dict:
@@ -95,6 +152,32 @@ def load_checkpoint(directory: Path, model, optimizer, scheduler, scaler) -> dic
     return json.loads((directory / STATE_FILE).read_text())
 
 
+class Profiler:
+    """torch.profiler over optimizer steps [first, last] on rank 0 only; writes a Chrome/Perfetto
+    trace and the top-operators table into `out`."""
+
+    def __init__(self, window: tuple[int, int] | None, rank: int, device, out: Path):
+        self.window = window if rank == 0 else None
+        self.device, self.out, self.prof = device, out, None
+
+    def before(self, step: int) -> None:
+        if self.window and step == self.window[0]:
+            acts = [torch.profiler.ProfilerActivity.CPU]
+            if self.device.type == "cuda":
+                acts.append(torch.profiler.ProfilerActivity.CUDA)
+            self.prof = torch.profiler.profile(activities=acts, record_shapes=True)
+            self.prof.__enter__()
+
+    def after(self, step: int) -> None:
+        if self.prof and step >= self.window[1]:
+            self.prof.__exit__(None, None, None)
+            self.prof.export_chrome_trace(str(self.out / f"trace_steps_{self.window[0]}-{step}.json"))
+            sort = "self_cuda_time_total" if self.device.type == "cuda" else "self_cpu_time_total"
+            (self.out / "top_operators.txt").write_text(
+                self.prof.key_averages().table(sort_by=sort, row_limit=30))
+            self.prof = None
+
+
 def train_loop_per_worker(config: dict) -> None:
     import ray.train
     import ray.train.torch
@@ -102,8 +185,7 @@ def train_loop_per_worker(config: dict) -> None:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # the driver shows progress; workers stay quiet
-
-    cfg = from_dict("train", config["train"])
+    cfg, data_cfg = from_dict("train", config["train"]), from_dict("data", config["data"])
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     torch.set_num_threads(config["threads"])
@@ -129,82 +211,70 @@ def train_loop_per_worker(config: dict) -> None:
         with checkpoint.as_directory() as d:
             state = load_checkpoint(Path(d), model, optimizer, scheduler, scaler)
     torch.manual_seed(cfg.seed + 7919 * state["step"] + rank)  # dropout differs per rank
-    no_sync = getattr(model, "no_sync", contextlib.nullcontext)
 
-    # Per-step values kept on the device until the next report (no host sync inside the step).
-    pending, losses, counts = [], [], []
-    interval_start, input_wait = time.perf_counter(), 0.0
-    for step in iterate_steps(train_data.lengths, spec, rank, state["epoch"], state["index"],
-                              cfg.epochs):
+    name = dev.device_name(device)
+    meter = StepMeter(device, device_peak(device, name, precision.name, precision.dtype),
+                      unwrap(model).config)
+    sampler = DeviceSampler(device).start()
+    profile_dir = Path(tempfile.mkdtemp(prefix="wellfed-profile-"))
+    profiler = Profiler(cfg.profile_range(), rank, device, profile_dir)
+    plan = iterate_steps(train_data.lengths, spec, rank, state["epoch"], state["index"], cfg.epochs)
+    fed = micro_batches(plan, train_data, tokens / "train.arrow", pad_id, spec.pad_multiple,
+                        data_cfg.loader_workers, data_cfg.prefetch, device.type == "cuda")
+    pending, values, bad = [], [], 0
+    for step, batches in fed:
         if state["step"] >= steps:
             break
-        loss_sum = torch.zeros((), device=device)
-        real = padded = rows = 0
-        for i, idx in enumerate(step.micro):
-            t0 = time.perf_counter()
-            host = micro_batch(train_data, idx, pad_id, spec.pad_multiple)
-            batch = dev.to_device(host, device)
-            input_wait += time.perf_counter() - t0
-            real += int(train_data.lengths[idx].sum())
-            padded += host["input_ids"].size
-            rows += len(idx)
-            sync = i == len(step.micro) - 1
-            with contextlib.nullcontext() if sync else no_sync():
-                with dev.autocast(device, precision):
-                    logits = model(input_ids=batch["input_ids"],
-                                   attention_mask=batch["attention_mask"]).logits
-                ce = F.cross_entropy(logits.float(), batch["labels"], reduction="none")
-                # DDP averages gradients over ranks: x world makes the sum over the global batch.
-                loss = (ce * batch["weights"]).sum() * world / step.global_rows
-                scaler.scale(loss).backward()
-            loss_sum += loss.detach()
-        scaler.unscale_(optimizer)
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm or float("inf"))
-        scaler.step(optimizer)
-        scaler.update()
-        optimizer.zero_grad(set_to_none=True)
-        scheduler.step()
+        profiler.before(state["step"] + 1)
+        values.append(train_step(model, batches, step, optimizer, scheduler, scaler, cfg, device,
+                                 precision, world, meter, train_data.lengths))
         state["step"] += 1
+        profiler.after(state["step"])
         state["epoch"], state["index"] = step.epoch, step.index + 1
-        losses.append(torch.stack([loss_sum, grad_norm.detach().float()]))
-        counts.append([rows, real, padded])
         pending.append({"step": state["step"], "epoch": step.epoch,
-                        "lr": scheduler.get_last_lr()[0]})
+                        "lr": scheduler.get_last_lr()[0], "rows": step.global_rows,
+                        "real_tokens": step.real_tokens, "padded_tokens": step.padded_tokens})
 
         last = state["step"] >= steps
         do_eval = last or (cfg.eval_every and state["step"] % cfg.eval_every == 0)
         do_ckpt = last or (cfg.checkpoint_every and state["step"] % cfg.checkpoint_every == 0)
-        if not (last or do_eval or do_ckpt or state["step"] % cfg.report_every == 0):
+        if not (do_eval or do_ckpt or state["step"] % cfg.report_every == 0):
             continue
-        # --- report: one all-reduce for the interval's losses and token counts ---
-        values = torch.stack(losses).to(torch.float64)
-        local = torch.tensor(counts, dtype=torch.float64, device=device)
-        packed = torch.cat([values[:, :1], local], dim=1)
+        # --- report: one all-reduce for the interval's losses (grad norms agree across ranks) ---
+        stacked = torch.stack(values).to(torch.float64)
+        losses = stacked[:, 0].contiguous()
         if torch.distributed.is_initialized():
-            torch.distributed.all_reduce(packed)
-        packed, grad_norms = packed.tolist(), values[:, 1].tolist()
-        elapsed = time.perf_counter() - interval_start
-        for rec, (loss_total, g_rows, g_real, g_padded), gn in zip(pending, packed, grad_norms):
-            rec.update({"loss": loss_total / world, "grad_norm": gn, "rows": g_rows,
-                        "real_tokens": g_real, "padded_tokens": g_padded})
-        local_counts = torch.tensor(counts).sum(0).tolist()
-        metrics = {"rank": rank, "records": pending, "interval_s": elapsed,
-                   "input_wait_s": input_wait, "local_rows": local_counts[0],
-                   "local_real_tokens": local_counts[1], "local_padded_tokens": local_counts[2],
-                   "steps_total": steps, "precision": precision.name,
-                   "precision_reason": precision.reason, "pad_multiple": spec.pad_multiple,
-                   "device": dev.device_name(device), "max_memory_bytes": dev.max_memory_bytes(device)}
+            torch.distributed.all_reduce(losses)
+        for rec, loss, gn in zip(pending, losses.tolist(), stacked[:, 1].tolist()):
+            rec.update({"loss": loss / world, "grad_norm": gn})
+            bad = bad + 1 if not math.isfinite(rec["loss"]) else 0
+        if cfg.max_bad_steps and bad >= cfg.max_bad_steps:
+            raise RuntimeError(f"loss was not finite for {bad} consecutive steps (up to step "
+                               f"{state['step']}); lower train.lr or use precision fp32/bf16. "
+                               "The last good checkpoint is kept")
+        interval = meter.interval()
+        seconds = interval["interval_s"]
+        perf = {"samples_per_s": sum(r["rows"] for r in pending) / seconds,
+                "real_tokens_per_s": sum(r["real_tokens"] for r in pending) / seconds,
+                "input_wait_share": interval["input_wait_share"], "mfu": interval["mfu"]}
+        metrics = {"rank": rank, "records": pending, "steps_total": steps, **interval,
+                   "telemetry": sampler.snapshot(), "sampler": sampler.kind,
+                   "precision": precision.name, "precision_reason": precision.reason,
+                   "pad_multiple": spec.pad_multiple, "device": name,
+                   "peak_flops": meter.peak.flops, "peak_source": meter.peak.source}
         if do_eval:
             metrics["val"] = evaluate_split(model, val_data, spec, rank, device, precision, pad_id)
-        state["history"] += [dict(r, **metrics.get("val", {})) if r is pending[-1] else r
-                             for r in pending]
+        state["history"] += pending[:-1] + [dict(pending[-1], **perf, **metrics.get("val", {}))]
         if do_ckpt:
             with tempfile.TemporaryDirectory() as tmp:
                 if rank == 0:
-                    save_checkpoint(Path(tmp), model, optimizer, scheduler, scaler, state, last)
+                    save_checkpoint(Path(tmp), model, optimizer, scheduler, scaler, state, last,
+                                    profile_dir)
                 ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(tmp)
                                  if rank == 0 else None)
         else:
             ray.train.report(metrics)
-        pending, losses, counts = [], [], []
-        interval_start, input_wait = time.perf_counter(), 0.0
+        pending, values = [], []
+        meter.reset()
+    sampler.stop()
+    shutil.rmtree(profile_dir, ignore_errors=True)

@@ -1,0 +1,99 @@
+"""End-of-run diagnosis: how busy was each device, and if not busy, why, and which knob to turn.
+
+Input is the run's MLflow metric histories (every worker's figures, logged by the driver-side
+callback); output is a short markdown report plus numeric DVC metrics. The rules run in order
+of how much time they explain; the first that fires names the bottleneck.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+INPUT_BOUND = 0.10  # >10% of step time blocked on the next batch
+PADDING_WASTE = 0.15  # >15% of computed tokens are padding
+LOW_UTIL = 60.0  # GPU busy <60% of the time while not input-bound
+HEADROOM = 0.5  # >50% of GPU memory unused
+
+
+@dataclass
+class RunFigures:
+    """Run-level means of the interval figures (what the rules look at)."""
+
+    input_wait_share: float
+    padding_efficiency: float
+    mfu: float
+    samples_per_s: float
+    loader_workers: int
+    micro_batch_size: int
+    device_util_pct: float | None = None
+    memory_used_share: float | None = None
+    per_worker_wait: dict[int, float] = field(default_factory=dict)
+
+
+def mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def figures_from_history(history: dict[str, list[float]], loader_workers: int,
+                         micro_batch_size: int) -> RunFigures:
+    """history: metric key -> values over the run's report intervals."""
+    workers = sorted({int(k.split("/")[0].removeprefix("worker")) for k in history
+                      if k.startswith("worker")})
+    util = [mean(history[f"worker{w}/gpu_util_pct"]) for w in workers
+            if f"worker{w}/gpu_util_pct" in history]
+    used = [mean(history[f"worker{w}/gpu_mem_used_gb"]) / mean(history[f"worker{w}/gpu_mem_total_gb"])
+            for w in workers if {f"worker{w}/gpu_mem_used_gb", f"worker{w}/gpu_mem_total_gb"} <= set(history)]
+    return RunFigures(
+        input_wait_share=mean(history.get("perf/input_wait_share_mean", [])),
+        padding_efficiency=mean(history.get("perf/padding_efficiency", [])) or 1.0,
+        mfu=mean(history.get("perf/mfu_mean", [])),
+        samples_per_s=mean(history.get("perf/samples_per_s", [])),
+        loader_workers=loader_workers, micro_batch_size=micro_batch_size,
+        device_util_pct=mean(util) if util else None,
+        memory_used_share=max(used) if used else None,
+        per_worker_wait={w: mean(history.get(f"worker{w}/input_wait_share", [])) for w in workers})
+
+
+def diagnose(f: RunFigures) -> tuple[str, str, str]:
+    """(bottleneck code, one-line finding, knob to turn)."""
+    if f.input_wait_share >= INPUT_BOUND:
+        target = max(2, 2 * f.loader_workers)
+        return ("input", f"input-bound {f.input_wait_share:.0%} of step time",
+                f"raise data.loader_workers from {f.loader_workers} to {target} "
+                "(and data.prefetch), or move the token files to local disk")
+    if 1 - f.padding_efficiency >= PADDING_WASTE:
+        return ("padding", f"padding waste {1 - f.padding_efficiency:.0%} of computed tokens",
+                "set train.micro_batch_tokens (a token budget) or raise train.pool_batches")
+    if f.device_util_pct is not None and f.device_util_pct < LOW_UTIL:
+        return ("launch", f"device busy only {f.device_util_pct:.0f}% of the time while the "
+                "input side keeps up", f"raise train.micro_batch_size from {f.micro_batch_size} "
+                "(fewer, larger kernels)")
+    if f.memory_used_share is not None and f.memory_used_share < 1 - HEADROOM:
+        return ("memory", f"{1 - f.memory_used_share:.0%} of device memory unused",
+                f"raise train.micro_batch_size from {f.micro_batch_size} to use it")
+    where = "CPU" if f.device_util_pct is None else "GPU"
+    return ("compute", f"compute-bound on {where}: the input side keeps up "
+            f"(input wait {f.input_wait_share:.1%}) and padding is low",
+            "more or faster devices (ray.num_workers, a GPU), or bf16 where the device has it")
+
+
+def report(f: RunFigures) -> tuple[str, dict[str, float]]:
+    """Markdown diagnosis and its numeric DVC metrics."""
+    code, finding, knob = diagnose(f)
+    util = "n/a (no GPU)" if f.device_util_pct is None else f"{f.device_util_pct:.0f}%"
+    headroom = ("n/a (no GPU)" if f.memory_used_share is None
+                else f"{1 - f.memory_used_share:.0%}")
+    waits = ", ".join(f"worker{w} {v:.1%}" for w, v in f.per_worker_wait.items())
+    text = (f"# wellfed diagnosis\n\n**Bottleneck: {finding}.** Knob: {knob}.\n\n"
+            "| figure | value |\n|---|---|\n"
+            f"| input wait (share of step time) | {f.input_wait_share:.1%} ({waits}) |\n"
+            f"| padding waste | {1 - f.padding_efficiency:.1%} |\n"
+            f"| MFU (useful tokens) | {f.mfu:.1%} |\n"
+            f"| device utilisation | {util} |\n| memory headroom | {headroom} |\n"
+            f"| throughput | {f.samples_per_s:.1f} samples/s |\n")
+    metrics = {"input_wait_share": f.input_wait_share, "padding_waste": 1 - f.padding_efficiency,
+               "mfu": f.mfu, "samples_per_s": f.samples_per_s,
+               "input_bound": float(code == "input")}
+    if f.device_util_pct is not None:
+        metrics["device_util_pct"] = f.device_util_pct
+    return text, metrics

@@ -1,0 +1,74 @@
+"""Step meter: where one worker's time went in one report interval, and how useful it was.
+
+Input wait and host-to-device copy are host wall time around the fetch and the copy. Compute is
+measured with CUDA events on GPUs (read at report time, when the report's all-reduce has
+already synchronised the stream, so the step itself gains no extra sync), and as the rest of
+the wall time on CPU. MFU counts useful work only: real (non-pad) tokens x training FLOPs per
+token, over wall time, over the device peak.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import torch
+
+from wellfed.model import flops_per_token
+from wellfed.telemetry.peak import Peak
+
+
+class StepMeter:
+    def __init__(self, device: torch.device, peak: Peak, model_config):
+        self.cuda = device.type == "cuda"
+        self.peak, self.model_config = peak, model_config
+        self.reset()
+
+    def reset(self) -> None:
+        self.started = time.perf_counter()
+        self.input_wait = self.copy = 0.0
+        self.rows = self.real = self.padded = 0
+        self._events: list[tuple] = []
+
+    @contextlib.contextmanager
+    def waiting(self):
+        start = time.perf_counter()
+        yield
+        self.input_wait += time.perf_counter() - start
+
+    @contextlib.contextmanager
+    def copying(self):
+        start = time.perf_counter()
+        yield
+        self.copy += time.perf_counter() - start
+
+    @contextlib.contextmanager
+    def computing(self):
+        if not self.cuda:
+            yield
+            return
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        yield
+        end.record()
+        self._events.append((begin, end))
+
+    def count(self, rows: int, real: int, padded: int) -> None:
+        self.rows += rows
+        self.real += real
+        self.padded += padded
+
+    def interval(self) -> dict[str, float]:
+        """This worker's figures since the last reset (call right after the report's all-reduce)."""
+        elapsed = max(time.perf_counter() - self.started, 1e-9)
+        if self.cuda:
+            compute = sum(b.elapsed_time(e) for b, e in self._events) / 1000.0
+        else:
+            compute = max(elapsed - self.input_wait - self.copy, 0.0)
+        seq = self.padded / self.rows if self.rows else 1.0
+        useful = self.real * flops_per_token(self.model_config, seq)
+        return {"interval_s": elapsed, "input_wait_s": self.input_wait, "copy_s": self.copy,
+                "compute_s": compute, "input_wait_share": self.input_wait / elapsed,
+                "local_rows": self.rows, "local_real_tokens": self.real,
+                "local_padded_tokens": self.padded,
+                "mfu": useful / elapsed / self.peak.flops if self.peak.flops else 0.0}

@@ -1,0 +1,36 @@
+"""Training curves as PNGs (the same series `dvc plots show` draws from data/train/history)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+SERIES = [("loss", "train loss", "steps.csv"), ("val_accuracy", "validation accuracy", "validation.csv"),
+          ("real_tokens_per_s", "real tokens/s", "perf.csv"),
+          ("input_wait_share", "input wait (share of step time)", "perf.csv")]
+
+
+def plot_history(history_dir: Path, out_dir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    for column, title, name in SERIES:
+        path = history_dir / name
+        if not path.is_file():
+            continue
+        frame = pd.read_csv(path)
+        fig, ax = plt.subplots(figsize=(6, 3.2), dpi=110)
+        ax.plot(frame["step"], frame[column], marker="o" if len(frame) < 30 else None)
+        ax.set_xlabel("optimizer step")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        target = out_dir / f"{column}.png"
+        fig.savefig(target, format="png")
+        plt.close(fig)
+        written.append(target)
+    return written

@@ -1,0 +1,77 @@
+import time
+
+import numpy as np
+import torch
+
+from wellfed.config import ModelConfig
+from wellfed.model import load_model
+from wellfed.telemetry.diagnosis import RunFigures, diagnose, figures_from_history, report
+from wellfed.telemetry.meter import StepMeter
+from wellfed.telemetry.peak import measure_peak
+
+
+def measured_run(tiny_model_dir, loader_delay_s: float, steps: int = 6) -> RunFigures:
+    """A real (tiny) training loop through the StepMeter, with a loader slowed on purpose."""
+    torch.manual_seed(0)
+    model = load_model(ModelConfig(init="random"), str(tiny_model_dir), ["a", "b"])
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    cpu = torch.device("cpu")
+    meter = StepMeter(cpu, measure_peak(cpu, None, seconds=0.05), model.config)
+
+    def loader():
+        while True:
+            time.sleep(loader_delay_s)
+            yield torch.randint(1000, 2000, (16, 48))
+
+    batches = loader()
+    for _ in range(steps):
+        with meter.waiting():
+            ids = next(batches)
+        with meter.computing():
+            loss = model(input_ids=ids, labels=torch.zeros(16, dtype=torch.long)).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+        meter.count(16, ids.numel(), ids.numel())
+    fig = meter.interval()
+    return RunFigures(input_wait_share=fig["input_wait_share"], padding_efficiency=1.0,
+                      mfu=fig["mfu"], samples_per_s=fig["local_rows"] / fig["interval_s"],
+                      loader_workers=0, micro_batch_size=16)
+
+
+def test_a_slowed_loader_is_diagnosed_as_input_bound(tiny_model_dir):
+    slow = measured_run(tiny_model_dir, loader_delay_s=0.08)
+    code, finding, knob = diagnose(slow)
+    assert code == "input" and slow.input_wait_share > 0.3
+    assert "raise data.loader_workers from 0 to 2" in knob and "input-bound" in finding
+
+
+def test_a_normal_cpu_run_is_not_called_input_bound(tiny_model_dir):
+    normal = measured_run(tiny_model_dir, loader_delay_s=0.0)
+    code, finding, _ = diagnose(normal)
+    assert code == "compute" and normal.input_wait_share < 0.05 and normal.mfu > 0
+    assert "compute-bound on CPU" in finding
+
+
+def test_rules_on_recorded_gpu_histories():
+    base = {"perf/input_wait_share_mean": [0.01, 0.02], "perf/padding_efficiency": [0.97, 0.98],
+            "perf/mfu_mean": [0.31, 0.33], "perf/samples_per_s": [900, 950],
+            "worker0/input_wait_share": [0.01, 0.02], "worker1/input_wait_share": [0.01, 0.02],
+            "worker0/gpu_mem_total_gb": [80, 80], "worker1/gpu_mem_total_gb": [80, 80]}
+    cases = {"launch": {"worker0/gpu_util_pct": [35, 40], "worker1/gpu_util_pct": [38, 42],
+                        "worker0/gpu_mem_used_gb": [70, 70], "worker1/gpu_mem_used_gb": [70, 70]},
+             "memory": {"worker0/gpu_util_pct": [97, 99], "worker1/gpu_util_pct": [97, 99],
+                        "worker0/gpu_mem_used_gb": [12, 12], "worker1/gpu_mem_used_gb": [14, 14]},
+             "compute": {"worker0/gpu_util_pct": [97, 99], "worker1/gpu_util_pct": [97, 99],
+                         "worker0/gpu_mem_used_gb": [60, 61], "worker1/gpu_mem_used_gb": [60, 62]}}
+    seen = 0
+    for expected, extra in cases.items():
+        figures = figures_from_history({**base, **extra}, loader_workers=2, micro_batch_size=32)
+        assert diagnose(figures)[0] == expected
+        seen += 1
+    assert seen == 3
+    padded = figures_from_history({**base, "perf/padding_efficiency": [0.6, 0.62]}, 0, 32)
+    assert diagnose(padded)[0] == "padding"
+    text, metrics = report(figures)
+    assert "Bottleneck: compute-bound on GPU" in text and "| device utilisation | 98% |" in text
+    assert metrics["input_bound"] == 0.0 and abs(metrics["mfu"] - 0.32) < 1e-9

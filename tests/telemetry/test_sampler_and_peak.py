@@ -1,0 +1,66 @@
+import time
+
+import torch
+
+from wellfed import tracking
+from wellfed.telemetry import gpu
+from wellfed.telemetry.peak import device_peak, table_peak
+
+
+def test_peak_table_and_measurement():
+    assert table_peak("NVIDIA H100 80GB HBM3", "bf16").flops == 989e12
+    assert table_peak("NVIDIA H100 PCIe", "bf16").source == "table:H100 PCIe bf16"
+    assert table_peak("Tesla T4", "bf16") is None  # T4 has no bf16: measure instead
+    cpu = device_peak(torch.device("cpu"), "x86_64", "fp32", None)
+    assert cpu.flops > 1e8 and cpu.source.startswith("measured:1024x1024 float32 matmul on cpu")
+
+
+def test_cpu_sampler_records_cpu_figures():
+    sampler = gpu.DeviceSampler(torch.device("cpu"), interval_s=0.05).start()
+    x = torch.randn(300, 300)
+    deadline = time.time() + 0.4
+    while time.time() < deadline:
+        x @ x
+    snap = sampler.snapshot()
+    sampler.stop()
+    assert sampler.kind == "cpu" and set(snap) == {"cpu_util_pct", "cpu_rss_gb"}
+    assert snap["cpu_util_pct"] > 0 and snap["cpu_rss_gb"] > 0
+
+
+def test_gpu_sampler_averages_nvml_samples(monkeypatch):
+    samples = iter([{"gpu_util_pct": 50.0, "gpu_mem_used_gb": 10.0},
+                    {"gpu_util_pct": 70.0, "gpu_mem_used_gb": 12.0}] + [{}] * 100)
+    monkeypatch.setattr(gpu, "nvml_handle", lambda device: "handle")
+    monkeypatch.setattr(gpu, "read_nvml", lambda handle: next(samples))
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device: 3 * 2**30)
+    sampler = gpu.DeviceSampler(torch.device("cuda", 0), interval_s=0.01)
+    for _ in range(2):
+        sampler._sums.update({k: sampler._sums.get(k, 0) + v for k, v in sampler.read().items()})
+        sampler._count += 1
+    snap = sampler.snapshot()
+    assert sampler.kind == "gpu"
+    assert snap == {"gpu_util_pct": 60.0, "gpu_mem_used_gb": 11.0, "torch_max_allocated_gb": 3.0}
+
+
+def test_nvml_failure_falls_back_to_cpu_once(monkeypatch, caplog):
+    def broken(device):
+        raise RuntimeError("NVML Shared Library Not Found")
+
+    monkeypatch.setattr(gpu, "nvml_handle", broken)
+    sampler = gpu.DeviceSampler(torch.device("cuda", 0))
+    assert sampler.kind == "cpu" and "cpu_util_pct" in sampler.read()
+    assert sum("GPU telemetry off" in r.message for r in caplog.records) == 1
+
+
+def test_interval_metrics_key_every_worker_and_aggregate():
+    records = [{"step": s, "rows": 32, "real_tokens": 300, "padded_tokens": 320} for s in (1, 2)]
+    reports = [{"rank": r, "records": records, "interval_s": 2.0, "input_wait_s": 0.1 * (r + 1),
+                "copy_s": 0.0, "compute_s": 1.8, "local_rows": 32, "local_real_tokens": 300,
+                "mfu": 0.2 + 0.1 * r, "telemetry": {"gpu_util_pct": 80.0 + 10 * r}}
+               for r in (1, 0)]
+    out = tracking.interval_metrics(sorted(reports, key=lambda m: m["rank"]))
+    assert out["perf/samples_per_s"] == 32.0 and out["perf/padding_efficiency"] == 600 / 640
+    assert out["worker0/input_wait_share"] == 0.05 and out["worker1/input_wait_share"] == 0.1
+    assert out["worker1/gpu_util_pct"] == 90.0
+    assert out["perf/gpu_util_pct_min"] == 80.0 and out["perf/gpu_util_pct_max"] == 90.0
+    assert abs(out["perf/mfu_mean"] - 0.25) < 1e-12
