@@ -17,7 +17,6 @@ def project(tmp_path_factory, tiny_model_dir):
               "train": {"epochs": 3, "lr": 2e-3, "global_batch_size": 16, "micro_batch_size": 4,
                         "eval_every": 20, "report_every": 5, "checkpoint_every": 20,
                         "profile_steps": "3-4"},
-              "data": {"loader_workers": 1, "prefetch": 2},
               "ray": {"num_workers": 2, "cpus_per_worker": 1}}
     make_project(dest, params)
     proc = run(["dvc", "repro"], dest)

@@ -1,0 +1,75 @@
+"""The worker-side pieces that run without Ray: feeding, the step's loss normalisation."""
+
+import numpy as np
+import pytest
+import torch
+
+from wellfed.config import ModelConfig, TrainConfig
+from wellfed.data.batching import BatchSpec, iterate_steps
+from wellfed.data.shards import TokenBatch, TokenFile, write_token_file
+from wellfed.model import load_model
+from wellfed.telemetry.meter import StepMeter
+from wellfed.telemetry.peak import Peak
+from wellfed.train.loop import build_optimizer, micro_batches, train_step
+
+
+@pytest.fixture(scope="module")
+def token_file(tmp_path_factory):
+    rng = np.random.default_rng(0)
+    rows = [rng.integers(1000, 3000, size=rng.integers(2, 25), dtype=np.int32) for _ in range(203)]
+    path = tmp_path_factory.mktemp("tok") / "train.arrow"
+    write_token_file(path, [TokenBatch(np.concatenate(rows), np.array([len(r) for r in rows], np.int32),
+                                       np.arange(203) % 2, np.arange(203))])
+    return path
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_loader_processes_feed_exactly_what_inline_gathering_feeds(token_file, workers):
+    data = TokenFile(token_file)
+    spec = BatchSpec(global_batch=16, world_size=2, micro_rows=4, seed=1)
+
+    def fed(n_workers):
+        steps = iterate_steps(data.lengths, spec, 1, epochs=2)
+        return [(s.epoch, s.index, [{k: np.asarray(v) for k, v in b.items()} for b in batches])
+                for s, batches in micro_batches(steps, data, token_file, 0, 1, n_workers, 2, False)]
+
+    inline, loaded = fed(0), fed(workers)
+    assert len(inline) == len(loaded) == 2 * 13
+    for (e1, i1, b1), (e2, i2, b2) in zip(inline, loaded):
+        assert (e1, i1) == (e2, i2) and len(b1) == len(b2)
+        for x, y in zip(b1, b2):
+            assert x.keys() == y.keys()
+            for key in x:
+                np.testing.assert_array_equal(x[key], y[key])
+
+
+def run_one_step(token_file, tiny_model_dir, micro_rows, world=1):
+    data = TokenFile(token_file)
+    torch.manual_seed(0)
+    model = load_model(ModelConfig(init="random"), str(tiny_model_dir), ["a", "b"])
+    model.config.hidden_dropout_prob = model.config.attention_probs_dropout_prob = 0.0
+    model.eval()  # no dropout: the two splits must see the same function
+    cfg = TrainConfig(global_batch_size=32, micro_batch_size=micro_rows, max_grad_norm=0)
+    opt = build_optimizer(model, cfg)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    from wellfed import device as dev
+
+    cpu = torch.device("cpu")
+    spec = BatchSpec(global_batch=32, micro_rows=micro_rows, seed=3)
+    step = next(iterate_steps(data.lengths, spec, 0))
+    _, batches = next(micro_batches(iter([step]), data, token_file, 0, 1, 0, 2, False))
+    meter = StepMeter(cpu, Peak(1e12, "test"), model.config)
+    out = train_step(model, batches, step, opt, sched, scaler, cfg, cpu,
+                     dev.choose_precision("fp32", cpu), world, meter, data.lengths)
+    return out, len(step.micro), next(model.parameters()).detach().clone(), meter
+
+
+def test_loss_and_update_do_not_depend_on_how_the_global_batch_is_split(token_file, tiny_model_dir):
+    whole, n1, params1, meter = run_one_step(token_file, tiny_model_dir, micro_rows=32)
+    split, n8, params8, _ = run_one_step(token_file, tiny_model_dir, micro_rows=4)
+    assert (n1, n8) == (1, 8)  # 1 micro-batch versus 8 accumulated ones
+    torch.testing.assert_close(whole, split, rtol=1e-4, atol=1e-5)  # same loss and grad norm
+    torch.testing.assert_close(params1, params8, rtol=1e-4, atol=1e-6)  # same update
+    interval = meter.interval()
+    assert interval["local_rows"] == 32 and 0 <= interval["input_wait_share"] <= 1
