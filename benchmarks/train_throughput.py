@@ -3,8 +3,9 @@
 All three fine-tune all-MiniLM-L6-v2 (same pretrained weights, same seeded head) for one epoch
 over the same 2,048 SST-2 train rows (a seeded sample) at global batch 32 (64 optimizer steps),
 AdamW lr 1e-4, weight decay 0.01, linear warmup 6% then decay, clip 1.0, 2 torch threads:
-  wellfed          TokenFile + iterate_steps (pool_batches 64, world 1, pad_multiple 1) and the
-                   step of wellfed.train.loop.train_loop_per_worker, run here without Ray
+  wellfed          TokenFile + iterate_steps (pool_batches 64, world 1, pad_multiple 1) fed to
+                   wellfed.train.loop's own micro_batches and train_step (the step of
+                   train_loop_per_worker), set up as that function does, run here without Ray
   trainer_default  Trainer, its default RandomSampler + DataCollatorWithPadding
   trainer_grouped  Trainer with length grouping (LengthGroupedSampler)
 Throughput = real (non-pad) tokens / s, timed from the end of the first optimizer step to the end
@@ -62,15 +63,16 @@ def run_record(stamps, losses, counts) -> dict:
             "loss_last_20pct": round(float(tail.mean()), 4), "loss_first_step": round(float(losses[0]), 4)}
 
 
-def train_wellfed(data, pad_id) -> tuple[dict, object]:
-    """The step of train_loop_per_worker, single process, world_size 1, CPU fp32."""
+def train_wellfed(data, path: Path, pad_id) -> tuple[dict, object]:
+    """train_loop_per_worker's setup and its real `train_step`, single process, world 1, CPU fp32."""
     import torch
-    import torch.nn.functional as F
     from transformers import get_linear_schedule_with_warmup
     from wellfed import device as dev
     from wellfed.config import TrainConfig
     from wellfed.data.batching import BatchSpec, iterate_steps
-    from wellfed.train.loop import build_optimizer, micro_batch, total_steps
+    from wellfed.telemetry.meter import StepMeter
+    from wellfed.telemetry.peak import device_peak
+    from wellfed.train.loop import build_optimizer, micro_batches, total_steps, train_step
 
     cfg = TrainConfig(epochs=1, lr=LR, weight_decay=WEIGHT_DECAY, warmup_ratio=WARMUP,
                       global_batch_size=BATCH, micro_batch_size=BATCH, max_grad_norm=CLIP,
@@ -78,7 +80,7 @@ def train_wellfed(data, pad_id) -> tuple[dict, object]:
     device = torch.device("cpu")
     precision = dev.choose_precision(cfg.precision, device)
     model = fresh_model()
-    # from_pretrained returns the model in eval mode; train mode (dropout on) as Trainer uses.
+    # from_pretrained returns the model in eval mode (dropout off); Trainer trains in train mode.
     model.train()
     optimizer = build_optimizer(model, cfg)
     steps = total_steps(len(data), cfg)
@@ -87,32 +89,25 @@ def train_wellfed(data, pad_id) -> tuple[dict, object]:
     spec = BatchSpec(cfg.global_batch_size, 1, cfg.micro_batch_size, cfg.micro_batch_tokens,
                      dev.pad_multiple(cfg.pad_multiple, device), cfg.seed, cfg.pool_batches)
     torch.manual_seed(cfg.seed)  # dropout
-    stamps, losses, counts = [], [], []
-    for step in iterate_steps(data.lengths, spec, 0, 0, 0, cfg.epochs):
-        loss_sum = torch.zeros(())
-        real = padded = 0
-        for idx in step.micro:
-            host = micro_batch(data, idx, pad_id, spec.pad_multiple)
-            batch = dev.to_device(host, device)
-            real += int(data.lengths[idx].sum())
-            padded += host["input_ids"].size
-            with dev.autocast(device, precision):
-                logits = model(input_ids=batch["input_ids"],
-                               attention_mask=batch["attention_mask"]).logits
-            ce = F.cross_entropy(logits.float(), batch["labels"], reduction="none")
-            loss = (ce * batch["weights"]).sum() / step.global_rows
-            scaler.scale(loss).backward()
-            loss_sum += loss.detach()
-        scaler.unscale_(optimizer)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm or float("inf"))
-        scaler.step(optimizer)
-        scaler.update()
-        optimizer.zero_grad(set_to_none=True)
-        scheduler.step()
+    meter = StepMeter(device, device_peak(device, dev.device_name(device), precision.name,
+                                          precision.dtype), model.config)
+    plan = iterate_steps(data.lengths, spec, 0, 0, 0, cfg.epochs)
+    fed = micro_batches(plan, data, path, pad_id, spec.pad_multiple, loader_workers=0,
+                        prefetch=2, pin=False)
+    stamps, values, counts = [], [], []
+    for step, batches in fed:
+        values.append(train_step(model, batches, step, optimizer, scheduler, scaler, cfg, device,
+                                 precision, 1, meter, data.lengths))
         stamps.append(time.perf_counter())
-        losses.append(loss_sum)
-        counts.append((real, padded))
-    return run_record(stamps, [float(x) for x in losses], counts), model
+        counts.append((step.real_tokens, step.padded_tokens))
+        if len(stamps) == 1:
+            meter.reset()  # its interval then matches the timed window: steps 2..N
+    record = run_record(stamps, [float(v[0]) for v in values], counts)
+    interval = meter.interval()
+    record["meter"] = {"input_wait_share": round(interval["input_wait_share"], 4),
+                       "mfu_vs_measured_matmul_peak": round(interval["mfu"], 4),
+                       "peak_source": meter.peak.source}
+    return record, model
 
 
 def grouping_args(arguments_cls) -> dict:
@@ -230,9 +225,10 @@ def main() -> None:
         for n, name in enumerate(ORDER, 1):
             torch.set_num_threads(harness.THREADS)
             if name == "wellfed":
-                record, model = train_wellfed(data, pad_id)
+                record, model = train_wellfed(data, tmp / "train.arrow", pad_id)
                 setups[name] = {"optimizer": "torch.optim.AdamW (wellfed.train.loop.build_optimizer)",
-                                "sampling": "wellfed iterate_steps, pool_batches 64"}
+                                "sampling": "wellfed iterate_steps, pool_batches 64",
+                                "step": "wellfed.train.loop.train_step, loader_workers 0"}
             else:
                 record, model, setups[name] = train_hf(dataset, tokenizer, name == "trainer_grouped",
                                                        str(tmp / f"hf_{n}"))

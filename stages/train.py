@@ -55,7 +55,7 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir):
     tracking.log_artifacts(uri, run_id, model_dir, "model")
     write_json(out / "run.json", {"mlflow_run_id": run_id, "tracking_uri": uri,
                                   "ray_run": info["name"]})
-    driver.mark_complete(info["run_dir"], run_id)
+    driver.mark_complete(info, run_id)
     print(f"[wellfed] train done: {metrics} (MLflow run {run_id})")
 
 

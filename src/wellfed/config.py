@@ -202,6 +202,11 @@ class RayConfig:
     """auto = one GPU per worker when the cluster has GPUs."""
     max_failures: int = 0
     """Worker-group restarts Ray may do from the last checkpoint before giving up."""
+    storage_path: str = ""
+    """Checkpoints (and, for multi-node runs, the token files) go here: "" = the train stage's
+    checkpoint folder; set it to shared storage (NFS path, s3://...) for a multi-node cluster."""
+    placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
+    """How Ray places workers: PACK fills a node first, SPREAD puts them on different nodes."""
 
     def problems(self) -> list[str]:
         out = []

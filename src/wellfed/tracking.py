@@ -15,8 +15,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import ray.train
-
 SECRET_PATTERN = re.compile(r"(token|secret|password|passwd|api[_-]?key|credential|aws_)", re.I)
 
 
@@ -133,84 +131,6 @@ def interval_metrics(reports: list[dict]) -> dict[str, float]:
         if len(values) == len(reports):
             spread(out, f"perf/{key}", values)
     return out
-
-
-class MlflowCallback(ray.train.UserCallback):
-    """Runs in the Ray Train controller: logs every report into the one MLflow run.
-
-    Ray can re-deliver a report around a worker restart; steps at or below the last logged step
-    are skipped, so the run's history never repeats or goes back.
-    """
-
-    def __init__(self, uri: str, run_id: str):
-        self.uri, self.run_id = uri, run_id
-        self.last_step: int | None = None
-        self.last_print = 0.0
-        self.started = time.time()
-
-    def _resume_point(self) -> int:
-        import mlflow
-
-        history = mlflow.MlflowClient(self.uri).get_metric_history(self.run_id, "train/loss")
-        return max((m.step for m in history), default=0)
-
-    def after_report(self, run_context, metrics: list[dict], checkpoint) -> None:
-        if self.last_step is None:
-            self.last_step = self._resume_point()
-            self._log_worker_choices(sorted(metrics, key=lambda m: m["rank"]))
-        reports = sorted(metrics, key=lambda m: m["rank"])
-        records = [r for r in reports[0]["records"] if r["step"] > self.last_step]
-        if not records:
-            return
-        import mlflow
-        from mlflow.entities import Metric
-
-        now = int(time.time() * 1000)
-        batch = []
-        for rec in records:
-            for key in ("loss", "lr", "grad_norm"):
-                batch.append(Metric(f"train/{key}", float(rec[key]), now, rec["step"]))
-            batch.append(Metric("train/epoch", float(rec["epoch"]), now, rec["step"]))
-        step = records[-1]["step"]
-        scalars = interval_metrics(reports)
-        scalars.update(reports[0].get("val", {}))
-        batch += [Metric(k, float(v), now, step) for k, v in scalars.items()]
-        client = mlflow.MlflowClient(self.uri)
-        for i in range(0, len(batch), 500):
-            client.log_batch(self.run_id, metrics=batch[i:i + 500])
-        self.last_step = step
-        self._progress(reports[0], records[-1], scalars)
-
-    def _log_worker_choices(self, reports: list[dict]) -> None:
-        """What the workers decided on their device: precision (and why), padding, device names."""
-        rank0 = reports[0]
-        params = {"derived.precision": rank0["precision"],
-                  "derived.precision_reason": rank0["precision_reason"],
-                  "derived.pad_multiple": rank0["pad_multiple"],
-                  "derived.devices": ",".join(sorted({r["device"] for r in reports})),
-                  "derived.peak_flops": f"{rank0['peak_flops']:.4g}",
-                  "derived.peak_source": rank0["peak_source"],
-                  "derived.telemetry": rank0["sampler"]}
-        log_params(self.uri, self.run_id, params, {})
-        print(f"[wellfed] precision={rank0['precision']} ({rank0['precision_reason']}), "
-              f"pad_multiple={rank0['pad_multiple']}, devices={params['derived.devices']}, "
-              f"peak {rank0['peak_flops'] / 1e12:.3g} TFLOP/s ({rank0['peak_source']})", flush=True)
-        if rank0["sampler"] != "gpu":
-            print("[wellfed] no GPU telemetry on this run (no CUDA device / NVML): recording "
-                  "process CPU utilisation and memory instead", flush=True)
-
-    def _progress(self, rank0: dict, rec: dict, scalars: dict) -> None:
-        now = time.time()
-        total = rank0["steps_total"]
-        if now - self.last_print < 10 and rec["step"] < total and "val/accuracy" not in scalars:
-            return
-        self.last_print = now
-        done = rec["step"] / total
-        eta = (now - self.started) * (1 - done) / max(done, 1e-9)
-        val = f" | val acc {scalars['val/accuracy']:.4f}" if "val/accuracy" in scalars else ""
-        print(f"[wellfed] step {rec['step']}/{total} | epoch {rec['epoch']} | loss {rec['loss']:.4f}"
-              f" | {scalars['perf/samples_per_s']:.1f} samples/s"
-              f" | {scalars['perf/real_tokens_per_s']:.0f} tok/s{val} | ETA {eta:.0f}s", flush=True)
 
 
 def log_artifacts(uri: str, run_id: str, local_dir: str | Path, artifact_path: str) -> None:

@@ -16,7 +16,10 @@ import shutil
 from dataclasses import asdict
 from pathlib import Path
 
+import pyarrow.fs as pafs
+
 from wellfed import tracking
+from wellfed.data import staging
 from wellfed.config import DataConfig, ModelConfig, RayConfig, TrainConfig
 
 log = logging.getLogger(__name__)
@@ -38,20 +41,23 @@ def run_name(train: TrainConfig, model: ModelConfig, ray_cfg: RayConfig, data_ha
 
 
 def check_resources(ray_cfg: RayConfig, use_gpu: bool) -> None:
+    """Refuse, before Ray waits forever, a request no node set of this cluster can place."""
     import ray
 
-    res = ray.cluster_resources()
-    cpus, gpus = res.get("CPU", 0), res.get("GPU", 0)
-    need = ray_cfg.num_workers * ray_cfg.cpus_per_worker
-    problems = []
-    if need > cpus:
-        problems.append(f"ray.num_workers x ray.cpus_per_worker = {need} CPUs but the cluster has "
-                        f"{cpus:g}; lower ray.num_workers or ray.cpus_per_worker")
-    if use_gpu and ray_cfg.num_workers > gpus:
-        problems.append(f"ray.num_workers = {ray_cfg.num_workers} GPU workers but the cluster has "
-                        f"{gpus:g} GPUs; lower ray.num_workers or set ray.use_gpu: false")
-    if problems:
-        raise ValueError("; ".join(problems))
+    nodes = [n["Resources"] for n in ray.nodes() if n["Alive"]]
+    fits = sum(int(n.get("CPU", 0) // ray_cfg.cpus_per_worker) for n in nodes)
+    if use_gpu:
+        fits = sum(min(int(n.get("CPU", 0) // ray_cfg.cpus_per_worker), int(n.get("GPU", 0)))
+                   for n in nodes)
+    if fits >= ray_cfg.num_workers:
+        return
+    cpus = sum(n.get("CPU", 0) for n in nodes)
+    gpus = sum(n.get("GPU", 0) for n in nodes)
+    raise ValueError(
+        f"ray.num_workers = {ray_cfg.num_workers} workers with {ray_cfg.cpus_per_worker} CPU(s)"
+        f"{' and 1 GPU' if use_gpu else ''} each do not fit this cluster ({len(nodes)} node(s), "
+        f"{cpus:g} CPUs, {gpus:g} GPUs: room for {fits}); lower ray.num_workers or "
+        "ray.cpus_per_worker, or add nodes")
 
 
 def quiet_ray_logs() -> None:
@@ -68,15 +74,41 @@ def quiet_ray_logs() -> None:
     logging.getLogger(placement_group_cleaner.__name__).setLevel(logging.ERROR)
 
 
+def cluster_address(ray_cfg: RayConfig) -> str:
+    return ray_cfg.address or os.environ.get("RAY_ADDRESS", "")
+
+
+def auth_env(address: str) -> None:
+    """Before Ray is imported: send our token to clusters that use token auth.
+
+    `ray start` turns token auth on by default (Ray 2.5x+), but a client sends its token only
+    in token mode, which Ray reads once at import; without it the connection retries until it
+    times out with "Authentication token is missing or incorrect".
+    """
+    token = Path(os.environ.get("RAY_AUTH_TOKEN_PATH", Path.home() / ".ray" / "auth_token"))
+    if address and "RAY_AUTH_MODE" not in os.environ and (
+            token.is_file() or "RAY_AUTH_TOKEN" in os.environ):
+        os.environ["RAY_AUTH_MODE"] = "token"
+        log.info("ray: token auth on, token from %s", os.environ.get("RAY_AUTH_TOKEN") and
+                 "$RAY_AUTH_TOKEN" or token)
+
+
 def connect(ray_cfg: RayConfig) -> None:
     import ray
 
-    address = ray_cfg.address or os.environ.get("RAY_ADDRESS", "")
-    env = {"env_vars": {k: os.environ[k] for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    address = cluster_address(ray_cfg)
+    env = {"env_vars": {k: os.environ[k] for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
+                                                  "WELLFED_CACHE")
                         if k in os.environ} | {"TOKENIZERS_PARALLELISM": "false"},
            "worker_process_setup_hook": "wellfed.train.driver.quiet_ray_logs"}
     if address:
-        ray.init(address=address, runtime_env=env, log_to_driver=True)
+        # Workers on other nodes get this package through the runtime environment; its
+        # dependencies must be installed there (see README, "Scale out").
+        import wellfed
+
+        env["py_modules"] = [str(Path(wellfed.__file__).parent)]
+        ray.init(address=address, runtime_env=env, log_to_driver=True,
+                 logging_level=logging.WARNING)
     else:
         ray.init(num_cpus=os.cpu_count(), include_dashboard=False, runtime_env=env,
                  log_to_driver=True, logging_level=logging.WARNING)
@@ -85,27 +117,53 @@ def connect(ray_cfg: RayConfig) -> None:
              len([n for n in ray.nodes() if n["Alive"]]), res.get("CPU", 0), res.get("GPU", 0))
 
 
-def prepare_storage(storage: Path, name: str) -> tuple[Path, str | None]:
-    """The run directory and, when resuming an interrupted run, its MLflow run id."""
-    run_dir = storage / name
-    info = run_dir / RUN_FILE
-    if info.is_file():
-        saved = json.loads(info.read_text())
+def prepare_storage(storage_uri: str, name: str) -> str | None:
+    """When the run `name` was interrupted, its MLflow run id (to resume); else clear it."""
+    fs, root = staging.filesystem(storage_uri)
+    info = f"{root}/{name}/{RUN_FILE}"
+    if staging.exists(fs, info):
+        with fs.open_input_stream(info) as f:
+            saved = json.loads(f.read())
         if not saved.get("complete"):
-            return run_dir, saved.get("mlflow_run_id")
-    shutil.rmtree(run_dir, ignore_errors=True)  # a completed (or foreign) run: start fresh
-    return run_dir, None
+            return saved.get("mlflow_run_id")
+    if staging.exists(fs, f"{root}/{name}"):
+        fs.delete_dir(f"{root}/{name}")  # a completed run re-run on purpose: start fresh
+    return None
+
+
+def write_run_file(storage_uri: str, name: str, run_id: str, complete: bool) -> None:
+    fs, root = staging.filesystem(storage_uri)
+    fs.create_dir(f"{root}/{name}", recursive=True)
+    with fs.open_output_stream(f"{root}/{name}/{RUN_FILE}") as f:
+        f.write(json.dumps({"mlflow_run_id": run_id, "complete": complete}).encode())
+
+
+def remove_orphans(storage_uri: str, name: str, keep: str) -> int:
+    """Delete checkpoint directories Ray never registered (a worker died while writing them)
+    and superseded ones; keep only the final checkpoint. Returns how many were removed."""
+    fs, root = staging.filesystem(storage_uri)
+    keep = keep.rstrip("/").rsplit("/", 1)[-1]
+    removed = 0
+    for info in fs.get_file_info(pafs.FileSelector(f"{root}/{name}", allow_not_found=True)):
+        if info.type == pafs.FileType.Directory and info.base_name.startswith("checkpoint_") \
+                and info.base_name != keep:
+            fs.delete_dir(info.path)
+            removed += 1
+    return removed
 
 
 def fit(*, tokens_dir: Path, model_source: str, labels: list[str], pad_id: int,
         model_cfg: ModelConfig, train_cfg: TrainConfig, data_cfg: DataConfig, ray_cfg: RayConfig,
-        storage: Path,
-        uri: str, experiment: str, params: dict, tags: dict) -> tuple[object, str, dict]:
+        storage: Path, uri: str, experiment: str, params: dict,
+        tags: dict) -> tuple[object, str, dict]:
     """Run training on Ray; return (final checkpoint, MLflow run id, run info)."""
+    auth_env(cluster_address(ray_cfg))  # before the first `import ray`
+    import mlflow
     import ray
     import ray.train
     from ray.train.torch import TorchTrainer
 
+    from wellfed.train.callback import MlflowCallback, flush_backlog
     from wellfed.train.loop import train_loop_per_worker
 
     if train_cfg.global_batch_size < ray_cfg.num_workers:
@@ -114,43 +172,47 @@ def fit(*, tokens_dir: Path, model_source: str, labels: list[str], pad_id: int,
                          "one row per step")
     data_hash = file_digest([tokens_dir / "train.arrow", tokens_dir / "validation.arrow"])
     name = run_name(train_cfg, model_cfg, ray_cfg, data_hash)
-    storage = storage.resolve()
-    storage.mkdir(parents=True, exist_ok=True)
-    run_dir, resume_id = prepare_storage(storage, name)
+    storage_uri = ray_cfg.storage_path or str(storage.resolve())
+    resume_id = prepare_storage(storage_uri, name)
+    loop_config = {"train": asdict(train_cfg), "model": asdict(model_cfg), "data": asdict(data_cfg),
+                   "model_source": model_source, "labels": labels, "pad_id": pad_id,
+                   "tokens_dir": str(tokens_dir.resolve()), "threads": ray_cfg.cpus_per_worker}
     connect(ray_cfg)
     try:
         use_gpu = (ray_cfg.use_gpu == "true" or
                    (ray_cfg.use_gpu == "auto" and ray.cluster_resources().get("GPU", 0) > 0))
         check_resources(ray_cfg, use_gpu)
+        if ray_cfg.storage_path:  # shared storage: every node reads the tokens from there
+            loop_config["tokens_uri"], sent = staging.upload(tokens_dir, storage_uri, data_hash)
+            loop_config["tokens_hash"] = data_hash
+            print(f"[wellfed] token files {'uploaded to' if sent else 'already at'} "
+                  f"{loop_config['tokens_uri']}", flush=True)
         run_id = tracking.start_run(uri, experiment, name, resume_id)
         if resume_id == run_id:
             print(f"[wellfed] resuming interrupted run {name} (MLflow run {run_id})", flush=True)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / RUN_FILE).write_text(json.dumps({"mlflow_run_id": run_id, "complete": False}))
+        write_run_file(storage_uri, name, run_id, complete=False)
+        storage.mkdir(parents=True, exist_ok=True)
+        backlog = storage.resolve() / f".{name}.mlflow-backlog.jsonl"  # on the driver's node
+        flush_backlog(uri, run_id, backlog)  # left by an interrupted run: log it before resuming
         derived = {"derived.world_size": ray_cfg.num_workers, "derived.use_gpu": use_gpu,
                    "derived.accumulation_steps": train_cfg.accumulation_steps(ray_cfg.num_workers),
-                   "derived.model_source": model_source, "derived.run_name": name}
+                   "derived.model_source": model_source, "derived.run_name": name,
+                   "derived.storage": storage_uri}
         tracking.log_params(uri, run_id, {**params, **derived},
                             {**tags, **tracking.library_versions(), "data.tokens_sha256": data_hash})
         trainer = TorchTrainer(
-            train_loop_per_worker,
-            train_loop_config={"train": asdict(train_cfg), "model": asdict(model_cfg),
-                               "data": asdict(data_cfg),
-                               "model_source": model_source, "labels": labels, "pad_id": pad_id,
-                               "tokens_dir": str(tokens_dir.resolve()),
-                               "threads": ray_cfg.cpus_per_worker},
+            train_loop_per_worker, train_loop_config=loop_config,
             scaling_config=ray.train.ScalingConfig(
                 num_workers=ray_cfg.num_workers, use_gpu=use_gpu,
-                resources_per_worker={"CPU": ray_cfg.cpus_per_worker}),
+                resources_per_worker={"CPU": ray_cfg.cpus_per_worker},
+                placement_strategy=ray_cfg.placement_strategy),
             run_config=ray.train.RunConfig(
-                name=name, storage_path=str(storage),
+                name=name, storage_path=storage_uri,
                 failure_config=ray.train.FailureConfig(max_failures=ray_cfg.max_failures),
                 checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2),
-                callbacks=[tracking.MlflowCallback(uri, run_id)],
+                callbacks=[MlflowCallback(uri, run_id, str(backlog))],
                 logging_config=ray.train.LoggingConfig(log_level="WARNING")),
         )
-        import mlflow
-
         # MLflow's own system metrics (CPU, memory, GPU) for the driver node, into the same run.
         mlflow.set_tracking_uri(uri)
         mlflow.system_metrics.set_system_metrics_node_id(f"driver-{os.uname().nodename}")
@@ -159,12 +221,22 @@ def fit(*, tokens_dir: Path, model_source: str, labels: list[str], pad_id: int,
     finally:
         ray.shutdown()
     if result.checkpoint is None:
-        raise RuntimeError(f"training finished without a checkpoint; see the logs in {run_dir}")
-    return result.checkpoint, run_id, {"run_dir": run_dir, "name": name}
+        raise RuntimeError(f"training finished without a checkpoint; see {storage_uri}/{name}")
+    try:
+        if flushed := flush_backlog(uri, run_id, backlog):
+            print(f"[wellfed] logged {flushed} metric values held back while MLflow was down")
+    except Exception as err:
+        raise RuntimeError(f"MLflow at {uri} is still unreachable ({err}); training finished and "
+                           f"its metrics wait in {backlog}: rerun `dvc repro` once the tracking "
+                           "server is back to log them and finish the stage") from None
+    removed = remove_orphans(storage_uri, name, result.checkpoint.path)
+    if removed:
+        print(f"[wellfed] removed {removed} superseded or orphaned checkpoint dir(s)", flush=True)
+    return result.checkpoint, run_id, {"storage": storage_uri, "name": name}
 
 
-def mark_complete(run_dir: Path, run_id: str) -> None:
-    (run_dir / RUN_FILE).write_text(json.dumps({"mlflow_run_id": run_id, "complete": True}))
+def mark_complete(info: dict, run_id: str) -> None:
+    write_run_file(info["storage"], info["name"], run_id, complete=True)
 
 
 def export_model(checkpoint, tokens_dir: Path, model_out: Path, uri: str, run_id: str) -> list[dict]:

@@ -179,6 +179,7 @@ class Profiler:
 
 
 def train_loop_per_worker(config: dict) -> None:
+    import ray
     import ray.train
     import ray.train.torch
     from transformers import get_linear_schedule_with_warmup
@@ -192,6 +193,10 @@ def train_loop_per_worker(config: dict) -> None:
     device = ray.train.torch.get_device()
     precision = dev.choose_precision(cfg.precision, device)
     tokens = Path(config["tokens_dir"])
+    if "tokens_uri" in config:  # multi-node: this node's local copy of the staged files
+        from wellfed.data.staging import localize
+
+        tokens = localize(config["tokens_uri"], config["tokens_hash"])
     train_data, val_data = TokenFile(tokens / "train.arrow"), TokenFile(tokens / "validation.arrow")
     pad_id = config["pad_id"]
 
@@ -210,9 +215,13 @@ def train_loop_per_worker(config: dict) -> None:
     if checkpoint:
         with checkpoint.as_directory() as d:
             state = load_checkpoint(Path(d), model, optimizer, scheduler, scaler)
+        if rank == 0:
+            print(f"[wellfed] resuming from step {state['step']} of {steps} "
+                  f"(epoch {state['epoch']}, batch {state['index']})", flush=True)
     torch.manual_seed(cfg.seed + 7919 * state["step"] + rank)  # dropout differs per rank
 
     name = dev.device_name(device)
+    node = ray.get_runtime_context().get_node_id()
     meter = StepMeter(device, device_peak(device, name, precision.name, precision.dtype),
                       unwrap(model).config)
     sampler = DeviceSampler(device).start()
@@ -260,7 +269,7 @@ def train_loop_per_worker(config: dict) -> None:
         metrics = {"rank": rank, "records": pending, "steps_total": steps, **interval,
                    "telemetry": sampler.snapshot(), "sampler": sampler.kind,
                    "precision": precision.name, "precision_reason": precision.reason,
-                   "pad_multiple": spec.pad_multiple, "device": name,
+                   "pad_multiple": spec.pad_multiple, "device": name, "node": node,
                    "peak_flops": meter.peak.flops, "peak_source": meter.peak.source}
         if do_eval:
             metrics["val"] = evaluate_split(model, val_data, spec, rank, device, precision, pad_id)

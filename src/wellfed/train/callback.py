@@ -1,0 +1,152 @@
+"""The driver-side Ray Train callback that puts every worker's reports into the MLflow run.
+
+Kept apart from `wellfed.tracking` so that importing tracking never imports Ray: Ray reads its
+auth settings (RAY_AUTH_MODE) at import, and the driver sets them just before it connects.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import ray.train
+from mlflow.entities import Metric
+
+from wellfed.tracking import interval_metrics, log_params
+
+
+def quick_retries() -> None:
+    """An unreachable tracking server must cost seconds per report, not MLflow's default
+    minutes of exponential backoff (which would stall every worker at its next report)."""
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
+
+
+def flush_backlog(uri: str, run_id: str, path: str | Path) -> int:
+    """Log what the callback could not (MLflow was down at the end of training); return count."""
+    import mlflow
+
+    path = Path(path)
+    if not path.is_file():
+        return 0
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    metrics = [Metric(k, v, t, s) for k, v, t, s in rows]
+    client = mlflow.MlflowClient(uri)
+    for i in range(0, len(metrics), 500):
+        client.log_batch(run_id, metrics=metrics[i:i + 500])
+    path.unlink()
+    return len(metrics)
+
+
+class MlflowCallback(ray.train.UserCallback):
+    """Runs in the Ray Train controller: logs every report into the one MLflow run.
+
+    Ray can re-deliver a report around a worker restart; steps at or below the last logged step
+    are skipped, so the run's history never repeats or goes back.
+    """
+
+    def __init__(self, uri: str, run_id: str, backlog: str):
+        self.uri, self.run_id, self.backlog = uri, run_id, Path(backlog)
+        self.last_step: int | None = None
+        self.last_print = 0.0
+        self.started = time.time()
+        self.unsent: list[Metric] = []
+        self.down_since: float | None = None
+
+    def _resume_point(self, reports: list[dict]) -> int:
+        import mlflow
+
+        try:
+            history = mlflow.MlflowClient(self.uri).get_metric_history(self.run_id, "train/loss")
+            return max((m.step for m in history), default=0)
+        except Exception:  # tracking server down: trust this report's steps
+            return reports[0]["records"][0]["step"] - 1
+
+    def _send(self, batch: list[Metric]) -> None:
+        """Log `batch` (and anything held back); if MLflow is unreachable, warn once, keep the
+        metrics in memory and in a backlog file, and retry at the next report."""
+        import mlflow
+
+        self.unsent += batch
+        try:
+            client = mlflow.MlflowClient(self.uri)
+            for i in range(0, len(self.unsent), 500):
+                client.log_batch(self.run_id, metrics=self.unsent[i:i + 500])
+        except Exception as err:
+            if self.down_since is None:
+                self.down_since = time.time()
+                print(f"[wellfed] WARNING: MLflow at {self.uri} unreachable ({type(err).__name__}); "
+                      f"training continues, metrics are kept and retried (backlog: {self.backlog})",
+                      flush=True)
+            with open(self.backlog, "a", encoding="utf-8") as f:
+                for m in batch:
+                    f.write(json.dumps([m.key, m.value, m.timestamp, m.step]) + "\n")
+            return
+        if self.down_since is not None:
+            print(f"[wellfed] MLflow reachable again: flushed {len(self.unsent)} held-back values",
+                  flush=True)
+            self.down_since = None
+            self.backlog.unlink(missing_ok=True)
+        self.unsent = []
+
+    def after_report(self, run_context, metrics: list[dict], checkpoint) -> None:
+        reports = sorted(metrics, key=lambda m: m["rank"])
+        if self.last_step is None:
+            quick_retries()
+            self.last_step = self._resume_point(reports)
+            try:
+                self._log_worker_choices(reports)
+            except Exception:
+                pass  # params are logged again at the end of the stage
+        records = [r for r in reports[0]["records"] if r["step"] > self.last_step]
+        if not records:
+            return
+
+        now = int(time.time() * 1000)
+        batch = []
+        for rec in records:
+            for key in ("loss", "lr", "grad_norm"):
+                batch.append(Metric(f"train/{key}", float(rec[key]), now, rec["step"]))
+            batch.append(Metric("train/epoch", float(rec["epoch"]), now, rec["step"]))
+        step = records[-1]["step"]
+        scalars = interval_metrics(reports)
+        scalars.update(reports[0].get("val", {}))
+        batch += [Metric(k, float(v), now, step) for k, v in scalars.items()]
+        self._send(batch)
+        self.last_step = step
+        self._progress(reports[0], records[-1], scalars)
+
+    def _log_worker_choices(self, reports: list[dict]) -> None:
+        """What the workers decided on their device: precision (and why), padding, device names."""
+        rank0 = reports[0]
+        params = {"derived.precision": rank0["precision"],
+                  "derived.precision_reason": rank0["precision_reason"],
+                  "derived.pad_multiple": rank0["pad_multiple"],
+                  "derived.devices": ",".join(sorted({r["device"] for r in reports})),
+                  "derived.peak_flops": f"{rank0['peak_flops']:.4g}",
+                  "derived.peak_source": rank0["peak_source"],
+                  "derived.telemetry": rank0["sampler"],
+                  "derived.worker_nodes": len({r.get("node") for r in reports})}
+        log_params(self.uri, self.run_id, params, {})
+        print(f"[wellfed] precision={rank0['precision']} ({rank0['precision_reason']}), "
+              f"pad_multiple={rank0['pad_multiple']}, devices={params['derived.devices']}, "
+              f"peak {rank0['peak_flops'] / 1e12:.3g} TFLOP/s ({rank0['peak_source']})", flush=True)
+        if rank0["sampler"] != "gpu":
+            print("[wellfed] no GPU telemetry on this run (no CUDA device / NVML): recording "
+                  "process CPU utilisation and memory instead", flush=True)
+
+    def _progress(self, rank0: dict, rec: dict, scalars: dict) -> None:
+        now = time.time()
+        total = rank0["steps_total"]
+        if now - self.last_print < 10 and rec["step"] < total and "val/accuracy" not in scalars:
+            return
+        self.last_print = now
+        done = rec["step"] / total
+        eta = (now - self.started) * (1 - done) / max(done, 1e-9)
+        val = f" | val acc {scalars['val/accuracy']:.4f}" if "val/accuracy" in scalars else ""
+        print(f"[wellfed] step {rec['step']}/{total} | epoch {rec['epoch']} | loss {rec['loss']:.4f}"
+              f" | {scalars['perf/samples_per_s']:.1f} samples/s"
+              f" | {scalars['perf/real_tokens_per_s']:.0f} tok/s{val} | ETA {eta:.0f}s", flush=True)
+

@@ -1,0 +1,192 @@
+"""Scale-out and faults, for real on CPU: a simulated 2-node cluster, a `ray start` cluster, a
+killed worker, a killed driver, and a scaling request the cluster cannot satisfy."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+from tests.e2e.pipeline import env, make_project, mlflow_runs, run
+
+pytestmark = pytest.mark.e2e
+TRAIN = ["python", "stages/train.py", "data/tokens", "data/model", "data/train", "data/checkpoints"]
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory, tiny_model_dir):
+    """A project copy with the token files built (tiny random BERT)."""
+    dest = tmp_path_factory.mktemp("cluster")
+    make_project(dest, {"model": {"name": str(tiny_model_dir), "init": "random"},
+                        "train": {"epochs": 1, "lr": 2e-3, "global_batch_size": 16,
+                                  "micro_batch_size": 8, "report_every": 5,
+                                  "checkpoint_every": 10, "eval_every": 0},
+                        "ray": {"num_workers": 2, "cpus_per_worker": 1}})
+    run(["dvc", "repro", "tokenize"], dest)
+    return dest
+
+
+def set_params(project: Path, **sections) -> None:
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    for section, values in sections.items():
+        params[section].update(values)
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+
+
+def fresh(base: Path, tmp_path: Path, **sections) -> Path:
+    """An isolated copy (own MLflow db and checkpoints) of the tokenized project."""
+    dest = tmp_path / "p"
+    subprocess.run(["cp", "-a", str(base), str(dest)], check=True)
+    set_params(dest, **sections)
+    return dest
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def loss_steps(project: Path) -> list[int]:
+    client, runs = mlflow_runs(project)
+    assert len(runs) == 1
+    return [m.step for m in client.get_metric_history(runs[0].info.run_id, "train/loss")]
+
+
+def test_impossible_scaling_fails_fast_with_a_clear_message(base, tmp_path):
+    project = fresh(base, tmp_path, ray={"num_workers": 5, "cpus_per_worker": 1})
+    started = time.time()
+    proc = run(TRAIN, project, check=False, timeout=300)
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ray.num_workers = 5 workers with 1 CPU(s) each do not fit")
+    assert "lower ray.num_workers" in last
+    assert time.time() - started < 120 and not (project / "data" / "model").exists()
+
+
+def test_two_node_cluster_spread_workers_through_shared_storage(base, tmp_path):
+    from ray.cluster_utils import Cluster
+
+    shared = tmp_path / "shared-storage"
+    project = fresh(base, tmp_path, ray={"num_workers": 2, "cpus_per_worker": 1,
+                                         "placement_strategy": "STRICT_SPREAD",
+                                         "storage_path": str(shared)})
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    try:
+        extra = {"RAY_ADDRESS": cluster.address, "WELLFED_CACHE": str(tmp_path / "cache")}
+        started = time.time()
+        proc = subprocess.run(TRAIN, cwd=project, env={**env(), **extra}, capture_output=True,
+                              text=True, timeout=600)
+        seconds = time.time() - started
+    finally:
+        cluster.shutdown()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    print(f"\n2-node run: {seconds:.1f} s")
+    assert "token files uploaded to" in proc.stdout
+    staged = list((shared / "wellfed-tokens").iterdir())
+    assert len(staged) == 1 and (staged[0] / "_COMPLETE").is_file()
+    assert (tmp_path / "cache" / "tokens" / staged[0].name / "train.arrow").is_file()
+    _, runs = mlflow_runs(project)
+    assert runs[0].data.params["derived.worker_nodes"] == "2"  # one worker per node
+    assert (project / "data" / "model" / "config.json").is_file()
+
+
+def test_pipeline_joins_a_ray_start_cluster(base, tmp_path):
+    port = free_port()
+    head = subprocess.Popen(["ray", "start", "--head", "--node-ip-address", "127.0.0.1",
+                             f"--port={port}", "--num-cpus=2", "--include-dashboard=false",
+                             "--block"], cwd=tmp_path, env=env(), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        project = fresh(base, tmp_path)
+        proc = None
+        probe = f"import ray; ray.init(address='127.0.0.1:{port}'); ray.shutdown()"
+        for _ in range(30):  # wait for the head to accept clients
+            if subprocess.run([sys.executable, "-c", probe], capture_output=True, timeout=120,
+                              env={**env(), "RAY_AUTH_MODE": "token"}).returncode == 0:
+                break
+            time.sleep(1)
+        proc = subprocess.run(TRAIN, cwd=project, env={**env(), "RAY_ADDRESS": f"127.0.0.1:{port}"},
+                              capture_output=True, text=True, timeout=600)
+    finally:
+        os.killpg(head.pid, signal.SIGTERM)  # only the processes this test started
+        head.wait(timeout=60)
+    assert proc is not None and proc.returncode == 0, proc.stderr[-3000:]
+    assert f"ray: 127.0.0.1:{port}" in proc.stderr + proc.stdout
+    assert (project / "data" / "model" / "config.json").is_file()
+
+
+def wait_for_checkpoint(project: Path, proc: subprocess.Popen, timeout: float = 300) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if list((project / "data" / "checkpoints").glob("wf-*/checkpoint_*")):
+            return
+        assert proc.poll() is None, f"training ended before the first checkpoint:\n{proc.stdout.read()[-3000:]}"
+        time.sleep(0.2)
+    raise AssertionError("no checkpoint appeared")
+
+
+def ray_workers(root: int) -> list[psutil.Process]:
+    return [p for p in psutil.Process(root).children(recursive=True)
+            if "RayTrainWorker" in " ".join(p.cmdline())]
+
+
+def test_a_killed_worker_resumes_from_its_checkpoint_without_repeating_steps(base, tmp_path):
+    project = fresh(base, tmp_path, train={"epochs": 4}, ray={"max_failures": 2})
+    proc = subprocess.Popen(TRAIN, cwd=project, env=env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    wait_for_checkpoint(project, proc)
+    workers = ray_workers(proc.pid)
+    assert len(workers) == 2
+    logged_before = loss_steps(project)
+    workers[1].kill()
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-3000:]
+    resumed = [line for line in out.splitlines() if "resuming from step" in line]
+    assert resumed, out[-3000:]
+    resume_step = int(resumed[0].split("resuming from step ")[1].split()[0])
+    lost = max(logged_before or [0]) - resume_step
+    print(f"\nworker killed after step {max(logged_before or [0])}; resumed from {resume_step} "
+          f"({max(lost, 0)} steps recomputed, checkpoint interval 10)")
+    assert lost <= 10 + 5  # at most one checkpoint interval (+ one report interval in flight)
+    steps = loss_steps(project)
+    assert steps == list(range(1, 4 * 38 + 1))  # 600 rows / 16 = 38 steps x 4 epochs, once each
+    train = json.loads((project / "data" / "train" / "metrics.json").read_text())
+    assert train["steps"] == 152
+
+
+def test_a_killed_driver_resumes_on_rerun_into_the_same_mlflow_run(base, tmp_path):
+    project = fresh(base, tmp_path, train={"epochs": 4})
+    proc = subprocess.Popen(["dvc", "repro", "train"], cwd=project, env=env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    wait_for_checkpoint(project, proc)
+    time.sleep(1.0)
+    tree = [proc, *psutil.Process(proc.pid).children(recursive=True)]
+    for p in tree:  # like a machine going down: every process of the run, at once
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    proc.wait(timeout=60)
+    before = loss_steps(project)
+    again = run(["dvc", "repro", "train"], project, timeout=600)
+    out = again.stdout + again.stderr
+    assert "resuming interrupted run" in out
+    line = next(line for line in out.splitlines() if "resuming from step" in line)
+    print(f"\n{line.strip()} (last step logged before the kill: {max(before or [0])})")
+    steps = loss_steps(project)
+    assert steps == list(range(1, 153))  # continuous, no repeats, the planned number of steps
+    train = json.loads((project / "data" / "train" / "metrics.json").read_text())
+    assert train["steps"] == 152

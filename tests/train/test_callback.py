@@ -1,0 +1,85 @@
+"""The driver-side callback against a real MLflow server that goes away mid-run and comes back."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from wellfed import tracking
+from wellfed.train.callback import MlflowCallback
+
+pytestmark = pytest.mark.e2e
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(db: Path, port: int) -> subprocess.Popen:
+    mlflow = str(Path(sys.executable).parent / "mlflow")
+    proc = subprocess.Popen([mlflow, "server", "--backend-store-uri", f"sqlite:///{db}",
+                             "--default-artifact-root", str(db.parent / "artifacts"),
+                             "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return proc
+        time.sleep(0.3)
+    raise AssertionError("mlflow server did not start")
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=60)
+
+
+def report(first: int, last: int) -> list[dict]:
+    records = [{"step": s, "epoch": 0, "lr": 1e-4, "loss": 1.0 / s, "grad_norm": 1.0, "rows": 8,
+                "real_tokens": 80, "padded_tokens": 96} for s in range(first, last + 1)]
+    return [{"rank": 0, "records": records, "steps_total": 20, "interval_s": 1.0,
+             "input_wait_s": 0.01, "copy_s": 0.0, "compute_s": 0.99, "local_rows": 8,
+             "local_real_tokens": 80, "mfu": 0.1, "telemetry": {}, "sampler": "cpu",
+             "precision": "fp32", "precision_reason": "test", "pad_multiple": 1, "device": "cpu",
+             "node": "n0", "peak_flops": 1e12, "peak_source": "test"}]
+
+
+def test_metrics_survive_a_tracking_server_outage(tmp_path, capsys):
+    port, db = free_port(), tmp_path / "mlflow.db"
+    uri = f"http://127.0.0.1:{port}"
+    server = start_server(db, port)
+    try:
+        run_id = tracking.start_run(uri, "outage", "r")
+        backlog = tmp_path / "backlog.jsonl"
+        callback = MlflowCallback(uri, run_id, str(backlog))
+        callback.after_report(None, report(1, 5), None)
+        stop_server(server)
+        started = time.time()
+        callback.after_report(None, report(6, 10), None)  # server down: training must go on
+        callback.after_report(None, report(11, 15), None)
+        assert time.time() - started < 60  # seconds, not MLflow's minutes of backoff
+        assert backlog.is_file()
+        server = start_server(db, port)
+        callback.after_report(None, report(16, 20), None)
+    finally:
+        stop_server(server)
+    out = capsys.readouterr().out
+    assert out.count("WARNING: MLflow at") == 1  # warned once, not per report
+    assert "MLflow reachable again: flushed" in out and not backlog.exists()
+    import mlflow
+
+    server = start_server(db, port)
+    try:
+        steps = [m.step for m in mlflow.MlflowClient(uri).get_metric_history(run_id, "train/loss")]
+    finally:
+        stop_server(server)
+    assert sorted(steps) == list(range(1, 21))  # every step exactly once
