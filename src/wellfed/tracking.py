@@ -16,6 +16,10 @@ from pathlib import Path
 from typing import Any
 
 SECRET_PATTERN = re.compile(r"(token|secret|password|passwd|api[_-]?key|credential|aws_)", re.I)
+# Values that look like credentials whatever their key: HF, GitHub, OpenAI-style, AWS key ids,
+# and user:password@ in URIs.
+SECRET_VALUE = re.compile(r"(hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}"
+                          r"|AKIA[0-9A-Z]{16}|://[^/\s:@]+:[^/\s@]+@)")
 
 
 def tracking_uri(configured: str, project_root: str | Path) -> str:
@@ -28,8 +32,9 @@ def tracking_uri(configured: str, project_root: str | Path) -> str:
 
 
 def scrub(params: dict[str, Any]) -> dict[str, Any]:
-    """Drop anything whose key looks like a secret; never let a credential reach MLflow."""
-    return {k: v for k, v in params.items() if not SECRET_PATTERN.search(k)}
+    """Never let a credential reach MLflow: drop secret-looking keys, redact secret-looking values."""
+    return {k: ("<redacted>" if SECRET_VALUE.search(str(v)) else v)
+            for k, v in params.items() if not SECRET_PATTERN.search(k)}
 
 
 def git_tags(root: Path) -> dict[str, str]:

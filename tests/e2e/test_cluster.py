@@ -128,9 +128,10 @@ def test_pipeline_joins_a_ray_start_cluster(base, tmp_path):
 
 
 def wait_for_checkpoint(project: Path, proc: subprocess.Popen, timeout: float = 300) -> None:
+    """Until Ray has registered a checkpoint (its manager's snapshot is written)."""
     deadline = time.time() + timeout
     while time.time() < deadline:
-        if list((project / "data" / "checkpoints").glob("wf-*/checkpoint_*")):
+        if list((project / "data" / "checkpoints").glob("wf-*/checkpoint_manager_snapshot.json")):
             return
         assert proc.poll() is None, f"training ended before the first checkpoint:\n{proc.stdout.read()[-3000:]}"
         time.sleep(0.2)
@@ -172,7 +173,7 @@ def test_a_killed_driver_resumes_on_rerun_into_the_same_mlflow_run(base, tmp_pat
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     wait_for_checkpoint(project, proc)
-    time.sleep(1.0)
+    time.sleep(2.0)  # a few more steps past the checkpoint, so some work is lost and redone
     tree = [proc, *psutil.Process(proc.pid).children(recursive=True)]
     for p in tree:  # like a machine going down: every process of the run, at once
         try:
@@ -183,9 +184,11 @@ def test_a_killed_driver_resumes_on_rerun_into_the_same_mlflow_run(base, tmp_pat
     before = loss_steps(project)
     again = run(["dvc", "repro", "train"], project, timeout=600)
     out = again.stdout + again.stderr
-    assert "resuming interrupted run" in out
-    line = next(line for line in out.splitlines() if "resuming from step" in line)
-    print(f"\n{line.strip()} (last step logged before the kill: {max(before or [0])})")
+    lines = [line for line in out.splitlines() if "resuming interrupted run" in line]
+    assert lines and "resuming from step" in lines[0], out[-5000:]
+    resumed_at = int(lines[0].split("resuming from step ")[1].split()[0])
+    print(f"\n{lines[0].strip()} (last step logged before the kill: {max(before or [0])})")
+    assert 0 < resumed_at <= max(before)
     steps = loss_steps(project)
     assert steps == list(range(1, 153))  # continuous, no repeats, the planned number of steps
     train = json.loads((project / "data" / "train" / "metrics.json").read_text())

@@ -74,6 +74,13 @@ def quiet_ray_logs() -> None:
     logging.getLogger(placement_group_cleaner.__name__).setLevel(logging.ERROR)
 
 
+def planned_steps(tokens_dir: Path, train_cfg: TrainConfig) -> int:
+    from wellfed.data.shards import TokenFile
+    from wellfed.train.loop import total_steps
+
+    return total_steps(len(TokenFile(tokens_dir / "train.arrow")), train_cfg)
+
+
 def cluster_address(ray_cfg: RayConfig) -> str:
     return ray_cfg.address or os.environ.get("RAY_ADDRESS", "")
 
@@ -110,7 +117,8 @@ def connect(ray_cfg: RayConfig) -> None:
         ray.init(address=address, runtime_env=env, log_to_driver=True,
                  logging_level=logging.WARNING)
     else:
-        ray.init(num_cpus=os.cpu_count(), include_dashboard=False, runtime_env=env,
+        # address="local": never attach to a cluster some earlier `ray start` left recorded.
+        ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, runtime_env=env,
                  log_to_driver=True, logging_level=logging.WARNING)
     res = ray.cluster_resources()
     log.info("ray: %s, %d node(s), %g CPUs, %g GPUs", address or "local",
@@ -129,6 +137,19 @@ def prepare_storage(storage_uri: str, name: str) -> str | None:
     if staging.exists(fs, f"{root}/{name}"):
         fs.delete_dir(f"{root}/{name}")  # a completed run re-run on purpose: start fresh
     return None
+
+
+def resume_step(storage_uri: str, name: str) -> int | None:
+    """The step of the checkpoint Ray will resume from: the latest one its checkpoint manager
+    registered (a checkpoint directory written but never registered is not used)."""
+    fs, root = staging.filesystem(storage_uri)
+    try:
+        with fs.open_input_stream(f"{root}/{name}/checkpoint_manager_snapshot.json") as f:
+            latest = json.loads(f.read())["latest_checkpoint_result"]["checkpoint_dir_name"]
+        with fs.open_input_stream(f"{root}/{name}/{latest}/train_state.json") as f:
+            return int(json.loads(f.read())["step"])
+    except (OSError, KeyError, TypeError, ValueError):
+        return None
 
 
 def write_run_file(storage_uri: str, name: str, run_id: str, complete: bool) -> None:
@@ -189,7 +210,11 @@ def fit(*, tokens_dir: Path, model_source: str, labels: list[str], pad_id: int,
                   f"{loop_config['tokens_uri']}", flush=True)
         run_id = tracking.start_run(uri, experiment, name, resume_id)
         if resume_id == run_id:
-            print(f"[wellfed] resuming interrupted run {name} (MLflow run {run_id})", flush=True)
+            step = resume_step(storage_uri, name)
+            where = (f"resuming from step {step} of {planned_steps(tokens_dir, train_cfg)}"
+                     if step else "no checkpoint was registered: starting from step 0")
+            print(f"[wellfed] resuming interrupted run {name} (MLflow run {run_id}): {where}",
+                  flush=True)
         write_run_file(storage_uri, name, run_id, complete=False)
         storage.mkdir(parents=True, exist_ok=True)
         backlog = storage.resolve() / f".{name}.mlflow-backlog.jsonl"  # on the driver's node
