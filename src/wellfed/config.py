@@ -292,11 +292,10 @@ def load_section(params: dict, name: str):
             problems.append(problem)
         else:
             values[key] = _coerce(value, hints[key])
+    section = cls(**values)  # the well-typed values; range checks run on them too
+    problems += section.problems() if hasattr(section, "problems") else []
     if not problems:
-        section = cls(**values)
-        problems += section.problems() if hasattr(section, "problems") else []
-        if not problems:
-            return section
+        return section
     raise ValueError("invalid params: " + "; ".join(problems))
 
 
