@@ -22,7 +22,7 @@ run: install            ## prepare -> tokenize -> train -> evaluate on the offli
 	dvc metrics show
 
 test: install           ## the whole suite, slow real-data tests included (CI)
-	python -m pytest tests
+	python -m pytest tests -s --durations=12
 
 test-fast: install      ## unit tests only
 	python -m pytest tests -m "not slow and not e2e"

@@ -25,6 +25,11 @@ def stage(main):
         except (ValueError, FileNotFoundError, PermissionError) as err:
             print(f"error: {err}", file=sys.stderr)
             sys.exit(1)
+        except RuntimeError as err:
+            if type(err).__name__ != "TrainingFailed":  # anything else is a bug: keep the traceback
+                raise
+            print(f"error: {err}", file=sys.stderr)
+            sys.exit(1)
         except OSError as err:
             where = f"{err.filename}: " if getattr(err, "filename", None) else ""
             print(f"error: {where}{err.strerror or err}; check free disk space and permissions",

@@ -73,3 +73,39 @@ def test_loss_and_update_do_not_depend_on_how_the_global_batch_is_split(token_fi
     torch.testing.assert_close(params1, params8, rtol=1e-4, atol=1e-6)  # same update
     interval = meter.interval()
     assert interval["local_rows"] == 32 and 0 <= interval["input_wait_share"] <= 1
+
+
+def test_consecutive_non_finite_losses_are_counted_across_reports():
+    from wellfed.train.loop import count_bad
+
+    nan, inf = float("nan"), float("inf")
+    assert count_bad(0, [0.5, nan, inf]) == 2
+    assert count_bad(2, [nan]) == 3 and count_bad(3, [0.4]) == 0
+    assert count_bad(1, [nan, 0.3, nan]) == 1
+
+
+def test_preflight_refuses_what_this_machine_cannot_do(monkeypatch):
+    from wellfed.config import RayConfig
+    from wellfed.train.driver import preflight
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="fp16 needs a CUDA GPU"):
+        preflight(TrainConfig(precision="fp16"), RayConfig())
+    with pytest.raises(ValueError, match="ray.use_gpu is true but this machine has no CUDA GPU"):
+        preflight(TrainConfig(), RayConfig(use_gpu="true"))
+    preflight(TrainConfig(precision="auto"), RayConfig())  # fine on CPU
+
+
+def test_a_worker_failure_becomes_one_line_naming_the_cause():
+    from ray.train.v2.api.exceptions import WorkerGroupError
+
+    from wellfed.train.driver import worker_failure
+
+    err = WorkerGroupError("Traceback ...\nRuntimeError: boom", {
+        1: RuntimeError("Traceback (most recent call last):\n  ...\nloss was not finite for 3 "
+                        "consecutive steps (up to step 40); lower train.lr")})
+    message = str(worker_failure(err))
+    assert "\n" not in message
+    assert message.startswith("training failed (worker 1: RuntimeError: loss was not finite for 3")
+    assert "resumes from it" in message

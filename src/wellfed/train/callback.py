@@ -110,6 +110,8 @@ class MlflowCallback(ray.train.UserCallback):
             for key in ("loss", "lr", "grad_norm"):
                 batch.append(Metric(f"train/{key}", float(rec[key]), now, rec["step"]))
             batch.append(Metric("train/epoch", float(rec["epoch"]), now, rec["step"]))
+            if rec.get("skipped"):  # fp16 overflow: the GradScaler skipped this step
+                batch.append(Metric("train/skipped_step", 1.0, now, rec["step"]))
         step = records[-1]["step"]
         scalars = interval_metrics(reports)
         scalars.update(reports[0].get("val", {}))

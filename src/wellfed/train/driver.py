@@ -26,6 +26,23 @@ log = logging.getLogger(__name__)
 RUN_FILE = "wellfed_run.json"
 
 
+class TrainingFailed(RuntimeError):
+    """Training stopped on the workers; the message is the workers' own, in one line."""
+
+
+def worker_failure(err: Exception) -> TrainingFailed:
+    failures = getattr(err, "worker_failures", None) or {}
+    causes = []
+    for rank, exc in sorted(failures.items()):
+        cause = getattr(exc, "cause", None) or exc  # Ray wraps the user exception
+        text = str(cause).strip().splitlines()
+        causes.append(f"worker {rank}: {type(cause).__name__}: {text[-1] if text else ''}")
+    detail = "; ".join(causes) or str(err).strip().splitlines()[-1]
+    return TrainingFailed(f"training failed ({detail}); the last good checkpoint is kept and a "
+                          "rerun of `dvc repro` resumes from it. Full traceback: Ray's logs "
+                          "under /tmp/ray/session_latest/logs")
+
+
 def file_digest(paths: list[Path]) -> str:
     h = hashlib.sha256()
     for path in paths:
@@ -79,6 +96,22 @@ def planned_steps(tokens_dir: Path, train_cfg: TrainConfig) -> int:
     from wellfed.train.loop import total_steps
 
     return total_steps(len(TokenFile(tokens_dir / "train.arrow")), train_cfg)
+
+
+def preflight(train_cfg: TrainConfig, ray_cfg: RayConfig) -> None:
+    """Before Ray starts: what this machine can already tell about its own devices."""
+    import torch
+
+    from wellfed import device as dev
+
+    if cluster_address(ray_cfg):
+        return  # the workers' devices are on other machines; they check for themselves
+    has_gpu = torch.cuda.is_available()
+    if ray_cfg.use_gpu == "true" and not has_gpu:
+        raise ValueError("ray.use_gpu is true but this machine has no CUDA GPU; set ray.use_gpu "
+                         "to auto or false, or join a GPU cluster with RAY_ADDRESS")
+    gpu = ray_cfg.use_gpu == "true" or (ray_cfg.use_gpu == "auto" and has_gpu)
+    dev.choose_precision(train_cfg.precision, torch.device("cuda", 0) if gpu else torch.device("cpu"))
 
 
 def cluster_address(ray_cfg: RayConfig) -> str:
@@ -191,6 +224,7 @@ def fit(*, tokens_dir: Path, model_source: str, labels: list[str], pad_id: int,
         raise ValueError(f"train.global_batch_size ({train_cfg.global_batch_size}) is smaller than "
                          f"ray.num_workers ({ray_cfg.num_workers}); every worker needs at least "
                          "one row per step")
+    preflight(train_cfg, ray_cfg)
     data_hash = file_digest([tokens_dir / "train.arrow", tokens_dir / "validation.arrow"])
     name = run_name(train_cfg, model_cfg, ray_cfg, data_hash)
     storage_uri = ray_cfg.storage_path or str(storage.resolve())
@@ -242,7 +276,10 @@ def fit(*, tokens_dir: Path, model_source: str, labels: list[str], pad_id: int,
         mlflow.set_tracking_uri(uri)
         mlflow.system_metrics.set_system_metrics_node_id(f"driver-{os.uname().nodename}")
         with mlflow.start_run(run_id=run_id, log_system_metrics=True):
-            result = trainer.fit()
+            try:
+                result = trainer.fit()
+            except ray.train.TrainingFailedError as err:
+                raise worker_failure(err) from None
     finally:
         ray.shutdown()
     if result.checkpoint is None:

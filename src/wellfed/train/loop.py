@@ -108,11 +108,21 @@ def train_step(model, batches, step: Step, optimizer, scheduler, scaler, cfg, de
         scaler.unscale_(optimizer)
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(),
                                                    cfg.max_grad_norm or float("inf"))
+        scale = scaler.get_scale() if scaler.is_enabled() else 0.0  # fp16 only (syncs anyway)
         scaler.step(optimizer)
         scaler.update()
         optimizer.zero_grad(set_to_none=True)
         scheduler.step()
-    return torch.stack([loss_sum, grad_norm.detach().float()])
+    skipped = float(scaler.is_enabled() and scaler.get_scale() < scale)  # overflow: step skipped
+    return torch.stack([loss_sum, grad_norm.detach().float(),
+                        torch.tensor(skipped, device=loss_sum.device)])
+
+
+def count_bad(bad: int, losses: list[float]) -> int:
+    """Consecutive non-finite losses up to the last of `losses`, continuing from `bad`."""
+    for loss in losses:
+        bad = bad + 1 if not math.isfinite(loss) else 0
+    return bad
 
 
 def evaluate_split(model, data: TokenFile, spec: BatchSpec, rank: int, device, precision, pad_id):
@@ -260,9 +270,10 @@ def train_loop_per_worker(config: dict) -> None:
         losses = stacked[:, 0].contiguous()
         if torch.distributed.is_initialized():
             torch.distributed.all_reduce(losses)
-        for rec, loss, gn in zip(pending, losses.tolist(), stacked[:, 1].tolist()):
-            rec.update({"loss": loss / world, "grad_norm": gn})
-            bad = bad + 1 if not math.isfinite(rec["loss"]) else 0
+        for rec, loss, gn, skip in zip(pending, losses.tolist(), stacked[:, 1].tolist(),
+                                       stacked[:, 2].tolist()):
+            rec.update({"loss": loss / world, "grad_norm": gn, "skipped": skip})
+        bad = count_bad(bad, [r["loss"] for r in pending])
         if cfg.max_bad_steps and bad >= cfg.max_bad_steps:
             raise RuntimeError(f"loss was not finite for {bad} consecutive steps (up to step "
                                f"{state['step']}); lower train.lr or use precision fp32/bf16. "
