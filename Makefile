@@ -19,7 +19,7 @@ $(VENV)/.installed: pyproject.toml
 
 run: install            ## prepare -> tokenize -> train -> evaluate on the offline default
 	dvc repro
-	dvc metrics show
+	@echo "done: data/eval/metrics.json, data/train/diagnosis.md; compare runs with 'make ui' or 'dvc metrics show'"
 
 test: install           ## the whole suite, slow real-data tests included (CI)
 	python -m pytest tests -s --durations=12
