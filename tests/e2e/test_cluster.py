@@ -85,7 +85,8 @@ def test_two_node_cluster_spread_workers_through_shared_storage(base, tmp_path):
     cluster.add_node(num_cpus=1)
     cluster.wait_for_nodes()
     try:
-        extra = {"RAY_ADDRESS": cluster.address, "WELLFED_CACHE": str(tmp_path / "cache")}
+        extra = {"RAY_ADDRESS": cluster.address, "WELLFED_CACHE": str(tmp_path / "cache"),
+                 "RAY_AUTH_MODE": "disabled"}  # as the in-process test cluster runs
         started = time.time()
         proc = subprocess.run(TRAIN, cwd=project, env={**env(), **extra}, capture_output=True,
                               text=True, timeout=600)
@@ -123,8 +124,10 @@ def test_pipeline_joins_a_ray_start_cluster(base, tmp_path):
                               env={**env(), "RAY_AUTH_MODE": "token"}).returncode == 0:
                 break
             time.sleep(1)
-        proc = subprocess.run(TRAIN, cwd=project, env={**env(), "RAY_ADDRESS": f"127.0.0.1:{port}"},
-                              capture_output=True, text=True, timeout=600)
+        # `ray start` clusters use token auth by default; a client must opt in to send the token.
+        proc = subprocess.run(TRAIN, cwd=project, capture_output=True, text=True, timeout=600,
+                              env={**env(), "RAY_ADDRESS": f"127.0.0.1:{port}",
+                                   "RAY_AUTH_MODE": "token"})
     finally:
         os.killpg(head.pid, signal.SIGTERM)  # only the processes this test started
         head.wait(timeout=60)

@@ -1,7 +1,7 @@
 """The driver-side Ray Train callback that puts every worker's reports into the MLflow run.
 
-Kept apart from `wellfed.tracking` so that importing tracking never imports Ray: Ray reads its
-auth settings (RAY_AUTH_MODE) at import, and the driver sets them just before it connects.
+Kept apart from `wellfed.tracking` so that the stages and the tests of the logging logic never
+import Ray unless they train.
 """
 
 from __future__ import annotations

@@ -118,21 +118,6 @@ def cluster_address(ray_cfg: RayConfig) -> str:
     return ray_cfg.address or os.environ.get("RAY_ADDRESS", "")
 
 
-def auth_env(address: str) -> None:
-    """Before Ray is imported: send our token to clusters that use token auth.
-
-    `ray start` turns token auth on by default (Ray 2.5x+), but a client sends its token only
-    in token mode, which Ray reads once at import; without it the connection retries until it
-    times out with "Authentication token is missing or incorrect".
-    """
-    token = Path(os.environ.get("RAY_AUTH_TOKEN_PATH", Path.home() / ".ray" / "auth_token"))
-    if address and "RAY_AUTH_MODE" not in os.environ and (
-            token.is_file() or "RAY_AUTH_TOKEN" in os.environ):
-        os.environ["RAY_AUTH_MODE"] = "token"
-        log.info("ray: token auth on, token from %s", os.environ.get("RAY_AUTH_TOKEN") and
-                 "$RAY_AUTH_TOKEN" or token)
-
-
 def connect(ray_cfg: RayConfig) -> None:
     import ray
 
@@ -211,7 +196,6 @@ def fit(*, tokens_dir: Path, model_source: str, labels: list[str], pad_id: int,
         storage: Path, uri: str, experiment: str, params: dict,
         tags: dict) -> tuple[object, str, dict]:
     """Run training on Ray; return (final checkpoint, MLflow run id, run info)."""
-    auth_env(cluster_address(ray_cfg))  # before the first `import ray`
     import mlflow
     import ray
     import ray.train
