@@ -95,3 +95,15 @@ def test_a_text_longer_than_max_length_is_truncated_and_counted(tokenizer):
     assert lengths.tolist()[1] == 16 and lengths.max() == 16
     assert encoder.truncated == 1  # the 14-word row fits exactly (14 + [CLS] + [SEP])
     assert encoder.stats()["truncated_rows"] == 1
+
+
+def test_an_unwritable_output_path_is_named(tmp_path):
+    write_case(tmp_path / "raw", {})
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"prepare": {"test": ""}}))
+    (tmp_path / "blocker").write_text("a file where a directory should be")
+    proc = subprocess.run([sys.executable, str(PROJECT / "stages" / "prepare.py"), "raw",
+                           "blocker/prepared", "reports/prepare.json"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "blocker: cannot create output directory" in lines[0], lines
