@@ -18,7 +18,9 @@ from pathlib import Path
 import numpy as np
 
 RESULTS = Path(__file__).resolve().parent / "results"
-SST2 = Path(os.environ.get("WELLFED_SST2_DIR", "/work/shared/data/sst2"))
+# The shared data folder sits beside the project checkout (../shared/data/sst2).
+SST2 = Path(os.environ.get("WELLFED_SST2_DIR",
+                           Path(__file__).resolve().parents[2] / "shared" / "data" / "sst2"))
 THREADS = 2  # every contender gets the same torch thread count (the machine has 2 cores)
 
 

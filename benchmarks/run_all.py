@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHMARKS = ("padding", "loader", "tokenize_stage", "train_throughput")  # quickest first
+BENCHMARKS = ("padding", "loader", "tokenize_stage", "telemetry_overhead",
+              "train_throughput")  # quickest first
 
 
 def summary_lines(name: str) -> list[str]:
@@ -28,6 +29,8 @@ def summary_lines(name: str) -> list[str]:
     if "skipped" in result:
         return [f"{name:18s} skipped: {result['skipped']}"]
     lines = []
+    if result.get("contended"):
+        lines.append(f"{name:18s} WARNING: other processes took CPU from some runs (see cpu_share)")
     for key, r in result.get("ratios", {}).items():
         if r.get("target") is None:
             verdict = "info"

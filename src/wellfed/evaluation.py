@@ -29,10 +29,10 @@ def predict(model, data: TokenFile, pad_id: int, device: torch.device, precision
     with torch.no_grad():
         for idx in tqdm(eval_batches(data.lengths, spec, 0), desc="predict", unit="batch",
                         mininterval=1.0, leave=False):
-            batch = dev.to_device(data.gather(idx, pad_id, spec.pad_multiple), device)
+            host = data.gather(idx, pad_id, spec.pad_multiple)
+            batch = dev.to_device(host, device)
             with dev.autocast(device, precision):
-                logits = model(input_ids=batch["input_ids"],
-                               attention_mask=batch["attention_mask"]).logits
+                logits = dev.forward(model, batch, host)
             probs[idx] = torch.softmax(logits.float(), -1).cpu().numpy()
     return probs
 

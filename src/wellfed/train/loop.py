@@ -96,8 +96,7 @@ def train_step(model, batches, step: Step, optimizer, scheduler, scaler, cfg, de
         last = i == len(step.micro) - 1
         with meter.computing(), (contextlib.nullcontext() if last else no_sync()):
             with dev.autocast(device, precision):
-                logits = model(input_ids=batch["input_ids"],
-                               attention_mask=batch["attention_mask"]).logits
+                logits = dev.forward(model, batch, host)
             ce = F.cross_entropy(logits.float(), batch["labels"], reduction="none")
             # Sum over this rank's rows / rows in the global batch; DDP averages gradients over
             # ranks, so x world makes the gradient that of the whole global batch's mean loss.
@@ -131,10 +130,10 @@ def evaluate_split(model, data: TokenFile, spec: BatchSpec, rank: int, device, p
     totals = torch.zeros(3, dtype=torch.float64, device=device)  # correct, loss sum, rows
     with torch.no_grad():
         for idx in eval_batches(data.lengths, spec, rank):
-            batch = dev.to_device(data.gather(idx, pad_id, spec.pad_multiple), device)
+            host = data.gather(idx, pad_id, spec.pad_multiple)
+            batch = dev.to_device(host, device)
             with dev.autocast(device, precision):
-                logits = model(input_ids=batch["input_ids"],
-                               attention_mask=batch["attention_mask"]).logits.float()
+                logits = dev.forward(model, batch, host).float()
             totals[0] += (logits.argmax(-1) == batch["labels"]).sum()
             totals[1] += F.cross_entropy(logits, batch["labels"], reduction="sum")
             totals[2] += len(idx)
