@@ -109,7 +109,8 @@ def main() -> None:
                     t0 = time.perf_counter()
                     rows = sides[side](batches)
                     times[(side, plan)].append(time.perf_counter() - t0)
-                    assert rows == len(data), (side, plan, rows)
+                    if rows != len(data):
+                        raise RuntimeError(f"{side}/{plan} produced {rows} rows, expected {len(data)}")
             print(f"[bench] loader: round {r + 1}/{ROUNDS} done")
 
     contenders, ratios = {}, {}

@@ -2,7 +2,7 @@
 
 Each benchmark writes benchmarks/results/<name>.json. A missed target is a result, not a
 failure: this exits non-zero only when a benchmark crashes (or a name is unknown).
-On this 2-core CPU box the four take ~10 minutes together, train_throughput most of it.
+On this 2-core CPU box they take ~12 minutes together, train_throughput the longest.
 
 usage: python benchmarks/run_all.py [NAME ...]     e.g. python benchmarks/run_all.py padding loader
 """

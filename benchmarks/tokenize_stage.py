@@ -184,7 +184,7 @@ def main() -> None:
             large / small - 1, TARGET_RSS_GROWTH, of=f"peak RSS at {RSS_SIZES[1]:,} rows",
             over=f"peak RSS at {RSS_SIZES[0]:,} rows, minus 1", higher_is_better=False),
     }
-    growth_rows = RSS_SIZES[1] - RSS_SIZES[0]
+    per_row = (large - small) * 2**20 / (RSS_SIZES[1] - RSS_SIZES[0])
     harness.write_result(NAME, {
         "what": "tokenize stage end to end (parquet -> tokens on disk) rows/s; peak RSS vs row count",
         "config": {"rows": len(texts), "max_length": MAX_LENGTH, "batch_rows": BATCH_ROWS,
@@ -192,7 +192,9 @@ def main() -> None:
                    "identical_token_ids": bool(identical)},
         "contenders": stats,
         "memory": {**memory, "growth_mb": round(large - small, 1),
-                   "growth_bytes_per_extra_row": round((large - small) * 2**20 / growth_rows, 1)},
+                   "growth_bytes_per_extra_row": round(per_row, 1),
+                   "rows_at_1GB_if_linear": int(RSS_SIZES[1] + (TARGET_RSS_MB - large) * 2**20 / per_row)
+                   if per_row > 0 else None},
         "ratios": ratios,
         "all_met": all(r["met"] for r in ratios.values()),
         "machine": harness.machine(), **clock.summary()})

@@ -12,7 +12,9 @@ Throughput = real (non-pad) tokens / s, timed from the end of the first optimize
 of the last (model load, tokenization and the first step's warm-up are outside), counting the
 tokens of the timed steps. Runs go in the order A B C C B A A C C A so drift on this noisy
 2-core machine does not favour one side; each contender's throughput pools its runs, and each
-ratio also carries its range over runs (slowest ours / fastest theirs .. the reverse).
+ratio also carries its range over runs (slowest ours / fastest theirs .. the reverse). Each run
+records its CPU share (process CPU time / (wall x 2 threads)); a run under 0.85 was crowded out
+by other processes and is run again (kept in the JSON as discarded), at most twice.
 So nobody wins by learning less: mean training loss over the last 20% of steps, and SST-2 dev
 accuracy after training (outside the timing), per contender.
 Targets: wellfed >= 2.2x trainer_default and >= 1.1x trainer_grouped.
@@ -40,6 +42,9 @@ LR, WEIGHT_DECAY, WARMUP, CLIP = 1e-4, 0.01, 0.06, 1.0
 ORDER = ("wellfed", "trainer_default", "trainer_grouped", "trainer_grouped", "trainer_default",
          "wellfed", "wellfed", "trainer_grouped", "trainer_grouped", "wellfed")
 TARGETS = {"trainer_default": 2.2, "trainer_grouped": 1.1}
+CONTENDED = 0.85  # a run whose process got under 85% of its 2 threads' CPU time was crowded out
+RETRIES = 2  # ... and is run again, at most twice, while the benchmark is under RETRY_UNTIL_S
+RETRY_UNTIL_S = 420
 
 
 def fresh_model():
@@ -52,14 +57,22 @@ def fresh_model():
     return AutoModelForSequenceClassification.from_pretrained(harness.model_path(), num_labels=2)
 
 
+def stamp() -> tuple[float, float]:
+    """(wall, this process's CPU time over all its threads) after an optimizer step."""
+    return time.perf_counter(), time.process_time()
+
+
 def run_record(stamps, losses, counts) -> dict:
     """Throughput over steps 2..N (timed window), padding and loss over all steps."""
+    (wall0, cpu0), (wall1, cpu1) = stamps[0], stamps[-1]
     real = np.array([c[0] for c in counts], np.int64)
     padded = np.array([c[1] for c in counts], np.int64)
     losses = np.asarray(losses, np.float64)
     tail = losses[int(0.8 * len(losses)):]
-    seconds = stamps[-1] - stamps[0]
-    return {"steps": len(stamps), "timed_seconds": round(seconds, 3),
+    seconds = wall1 - wall0
+    # CPU share < ~0.85 means other processes took cores from this run: its speed is not its own.
+    cpu_share = (cpu1 - cpu0) / (seconds * harness.THREADS)
+    return {"steps": len(stamps), "timed_seconds": round(seconds, 3), "cpu_share": round(cpu_share, 3),
             "timed_real_tokens": int(real[1:].sum()), "timed_padded_tokens": int(padded[1:].sum()),
             "real_tokens_per_s": round(real[1:].sum() / seconds, 1),
             "padding_efficiency": round(real.sum() / padded.sum(), 4),
@@ -101,7 +114,7 @@ def train_wellfed(data, path: Path, pad_id) -> tuple[dict, object]:
     for step, batches in fed:
         values.append(train_step(model, batches, step, optimizer, scheduler, scaler, cfg, device,
                                  precision, 1, meter, data.lengths))
-        stamps.append(time.perf_counter())
+        stamps.append(stamp())
         counts.append((step.real_tokens, step.padded_tokens))
         if len(stamps) == 1:
             meter.reset()  # its interval then matches the timed window: steps 2..N
@@ -134,7 +147,7 @@ def train_hf(dataset, tokenizer, grouped: bool, out_dir: str) -> tuple[dict, obj
 
     class Stamps(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
-            stamps.append(time.perf_counter())
+            stamps.append(stamp())
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             if logs and "loss" in logs:
@@ -175,11 +188,28 @@ def dev_accuracy(model, dev_data, pad_id) -> float:
     return correct / len(order)
 
 
+def run_one(name: str, data, dataset, dev_data, tokenizer, scratch: Path) -> tuple[dict, dict]:
+    """One training run of one contender, then its dev accuracy (outside the timing)."""
+    import torch
+
+    torch.set_num_threads(harness.THREADS)
+    if name == "wellfed":
+        record, model = train_wellfed(data, data.path, tokenizer.pad_token_id)
+        setup = {"optimizer": "torch.optim.AdamW (wellfed.train.loop.build_optimizer)",
+                 "sampling": "wellfed iterate_steps, pool_batches 64",
+                 "step": "wellfed.train.loop.train_step, loader_workers 0"}
+    else:
+        record, model, setup = train_hf(dataset, tokenizer, name == "trainer_grouped", str(scratch))
+    record["dev_accuracy"] = round(dev_accuracy(model, dev_data, tokenizer.pad_token_id), 4)
+    return record, setup
+
+
 def pooled(runs: list[dict]) -> dict:
     tokens = sum(r["timed_real_tokens"] for r in runs)
     seconds = sum(r["timed_seconds"] for r in runs)
     padded = sum(r["timed_padded_tokens"] for r in runs)
     return {"real_tokens_per_s": round(tokens / seconds, 1),
+            "min_cpu_share": min(r["cpu_share"] for r in runs),
             "padding_efficiency": round(np.mean([r["padding_efficiency"] for r in runs]), 4),
             "timed_padding_efficiency": round(tokens / padded, 4),
             "loss_last_20pct": round(float(np.mean([r["loss_last_20pct"] for r in runs])), 4),
@@ -203,7 +233,6 @@ def main() -> None:
     texts, labels = [texts[i] for i in pick], labels[pick]
     dev_texts, dev_labels = harness.read_sst2("dev")
     tokenizer = AutoTokenizer.from_pretrained(harness.model_path())
-    pad_id = tokenizer.pad_token_id
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -224,24 +253,21 @@ def main() -> None:
                      and np.array_equal(np.asarray(dataset["label"]), data.labels))
 
         runs = {name: [] for name in dict.fromkeys(ORDER)}
-        setups = {}
+        setups, crowded = {}, []
         for n, name in enumerate(ORDER, 1):
-            torch.set_num_threads(harness.THREADS)
-            if name == "wellfed":
-                record, model = train_wellfed(data, tmp / "train.arrow", pad_id)
-                setups[name] = {"optimizer": "torch.optim.AdamW (wellfed.train.loop.build_optimizer)",
-                                "sampling": "wellfed iterate_steps, pool_batches 64",
-                                "step": "wellfed.train.loop.train_step, loader_workers 0"}
-            else:
-                record, model, setups[name] = train_hf(dataset, tokenizer, name == "trainer_grouped",
-                                                       str(tmp / f"hf_{n}"))
-            record["dev_accuracy"] = round(dev_accuracy(model, dev_data, pad_id), 4)
-            record["order"] = n
+            for attempt in range(RETRIES + 1):
+                record, setups[name] = run_one(name, data, dataset, dev_data, tokenizer, tmp / f"run_{n}")
+                record["order"] = n
+                print(f"[bench] train: run {n}/{len(ORDER)} {name}: {record['real_tokens_per_s']:,.0f} "
+                      f"real tokens/s, padding {record['padding_efficiency']:.2f}, loss(last 20%) "
+                      f"{record['loss_last_20pct']:.3f}, dev acc {record['dev_accuracy']:.3f}, "
+                      f"cpu share {record['cpu_share']:.2f}", flush=True)
+                if (record["cpu_share"] >= CONTENDED or attempt == RETRIES
+                        or time.perf_counter() - clock.start > RETRY_UNTIL_S):
+                    break
+                crowded.append({"contender": name, **record})
+                print(f"[bench] train: run {n} was crowded out by other processes; running it again")
             runs[name].append(record)
-            del model
-            print(f"[bench] train: run {n}/{len(ORDER)} {name}: {record['real_tokens_per_s']:,.0f} real "
-                  f"tokens/s, padding {record['padding_efficiency']:.2f}, "
-                  f"loss(last 20%) {record['loss_last_20pct']:.3f}, dev acc {record['dev_accuracy']:.3f}")
 
     contenders = {name: pooled(r) for name, r in runs.items()}
     ours = contenders["wellfed"]["real_tokens_per_s"]
@@ -267,6 +293,8 @@ def main() -> None:
                             "explicitly, as Trainer does")},
         "contenders": contenders, "ratios": ratios,
         "all_met": all(r["met"] for r in ratios.values()),
+        "contended": min(c["min_cpu_share"] for c in contenders.values()) < CONTENDED,
+        "crowded_out_runs_discarded": crowded,
         "machine": harness.machine(), **clock.summary()})
 
 

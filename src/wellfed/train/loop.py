@@ -217,7 +217,7 @@ def train_loop_per_worker(config: dict) -> None:
 
     torch.manual_seed(cfg.seed)  # identical head init on every rank
     model = load_model(from_dict("model", config["model"]), config["model_source"], config["labels"])
-    model = ray.train.torch.prepare_model(model)
+    model = ray.train.torch.prepare_model(model).train()  # from_pretrained returns eval mode
     optimizer = build_optimizer(model, cfg)
     steps = total_steps(len(train_data), cfg)
     scheduler = get_linear_schedule_with_warmup(optimizer, int(cfg.warmup_ratio * steps), steps)
