@@ -94,15 +94,20 @@ def log_params(uri: str, run_id: str, params: dict[str, Any], tags: dict[str, st
     client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in scrub(tags).items()])
 
 
-def log_metrics(uri: str, run_id: str, metrics: dict[str, float], step: int | None = None) -> None:
+def send_metrics(uri: str, run_id: str, metrics: list) -> None:
+    """Log `Metric` entities in batches of 500 (MLflow's per-request limit is 1,000)."""
     import mlflow
+
+    client = mlflow.MlflowClient(uri)
+    for i in range(0, len(metrics), 500):
+        client.log_batch(run_id, metrics=metrics[i:i + 500])
+
+
+def log_metrics(uri: str, run_id: str, metrics: dict[str, float], step: int | None = None) -> None:
     from mlflow.entities import Metric
 
     now = int(time.time() * 1000)
-    batch = [Metric(k, float(v), now, step or 0) for k, v in metrics.items()]
-    client = mlflow.MlflowClient(uri)
-    for i in range(0, len(batch), 500):
-        client.log_batch(run_id, metrics=batch[i:i + 500])
+    send_metrics(uri, run_id, [Metric(k, float(v), now, step or 0) for k, v in metrics.items()])
 
 
 def spread(out: dict, name: str, values: list[float]) -> None:

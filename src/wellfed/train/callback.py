@@ -14,7 +14,7 @@ from pathlib import Path
 import ray.train
 from mlflow.entities import Metric
 
-from wellfed.tracking import interval_metrics, log_params
+from wellfed.tracking import interval_metrics, log_params, send_metrics
 
 
 def quick_retries() -> None:
@@ -26,18 +26,14 @@ def quick_retries() -> None:
 
 def flush_backlog(uri: str, run_id: str, path: str | Path) -> int:
     """Log what the callback could not (MLflow was down at the end of training); return count."""
-    import mlflow
 
     path = Path(path)
     if not path.is_file():
         return 0
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
-    metrics = [Metric(k, v, t, s) for k, v, t, s in rows]
-    client = mlflow.MlflowClient(uri)
-    for i in range(0, len(metrics), 500):
-        client.log_batch(run_id, metrics=metrics[i:i + 500])
+    send_metrics(uri, run_id, [Metric(k, v, t, s) for k, v, t, s in rows])
     path.unlink()
-    return len(metrics)
+    return len(rows)
 
 
 class MlflowCallback(ray.train.UserCallback):
@@ -67,13 +63,10 @@ class MlflowCallback(ray.train.UserCallback):
     def _send(self, batch: list[Metric]) -> None:
         """Log `batch` (and anything held back); if MLflow is unreachable, warn once, keep the
         metrics in memory and in a backlog file, and retry at the next report."""
-        import mlflow
 
         self.unsent += batch
         try:
-            client = mlflow.MlflowClient(self.uri)
-            for i in range(0, len(self.unsent), 500):
-                client.log_batch(self.run_id, metrics=self.unsent[i:i + 500])
+            send_metrics(self.uri, self.run_id, self.unsent)
         except Exception as err:
             if self.down_since is None:
                 self.down_since = time.time()
