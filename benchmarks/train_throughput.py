@@ -57,8 +57,13 @@ def fresh_model():
     return AutoModelForSequenceClassification.from_pretrained(harness.model_path(), num_labels=2)
 
 
-def stamp() -> tuple[float, float]:
-    """(wall, this process's CPU time over all its threads) after an optimizer step."""
+def stamp(sync: bool = False) -> tuple[float, float]:
+    """(wall, this process's CPU time over all its threads) after an optimizer step; `sync` waits
+    for the GPU first (only at the ends of the timed window, so the steps in between run async)."""
+    if sync:
+        import torch
+
+        torch.cuda.synchronize()
     return time.perf_counter(), time.process_time()
 
 
@@ -79,8 +84,11 @@ def run_record(stamps, losses, counts) -> dict:
             "loss_last_20pct": round(float(tail.mean()), 4), "loss_first_step": round(float(losses[0]), 4)}
 
 
-def train_wellfed(data, path: Path, pad_id) -> tuple[dict, object]:
-    """train_loop_per_worker's setup and its real `train_step`, single process, world 1, CPU fp32."""
+def train_wellfed(data, path: Path, pad_id, *, model_fn=None, device: str = "cpu",
+                  precision: str = "fp32", batch: int = BATCH, micro_tokens: int = 0,
+                  lr: float = LR, pad_multiple: int = 0, sampler=None) -> tuple[dict, object]:
+    """train_loop_per_worker's setup and its real `train_step`, single process, world 1 (CPU fp32
+    here; benchmarks/gpu_throughput.py passes a CUDA device, bf16, larger batches)."""
     import torch
     from transformers import get_linear_schedule_with_warmup
     from wellfed import device as dev
@@ -90,12 +98,14 @@ def train_wellfed(data, path: Path, pad_id) -> tuple[dict, object]:
     from wellfed.telemetry.peak import device_peak
     from wellfed.train.loop import build_optimizer, micro_batches, total_steps, train_step
 
-    cfg = TrainConfig(epochs=1, lr=LR, weight_decay=WEIGHT_DECAY, warmup_ratio=WARMUP,
-                      global_batch_size=BATCH, micro_batch_size=BATCH, max_grad_norm=CLIP,
-                      precision="fp32", seed=SEED, pool_batches=64)
-    device = torch.device("cpu")
+    cfg = TrainConfig(epochs=1, lr=lr, weight_decay=WEIGHT_DECAY, warmup_ratio=WARMUP,
+                      global_batch_size=batch, micro_batch_size=batch, micro_batch_tokens=micro_tokens,
+                      max_grad_norm=CLIP, precision=precision, seed=SEED, pool_batches=64,
+                      pad_multiple=pad_multiple)
+    device = torch.device(device)
+    cuda = device.type == "cuda"
     precision = dev.choose_precision(cfg.precision, device)
-    model = fresh_model()
+    model = (model_fn or fresh_model)().to(device)
     # from_pretrained returns the model in eval mode (dropout off); Trainer trains in train mode.
     model.train()
     optimizer = build_optimizer(model, cfg)
@@ -109,20 +119,25 @@ def train_wellfed(data, path: Path, pad_id) -> tuple[dict, object]:
                                           precision.dtype), model.config)
     plan = iterate_steps(data.lengths, spec, 0, 0, 0, cfg.epochs)
     fed = micro_batches(plan, data, path, pad_id, spec.pad_multiple, loader_workers=0,
-                        prefetch=2, pin=False)
+                        prefetch=2, pin=cuda)
     stamps, values, counts = [], [], []
     for step, batches in fed:
         values.append(train_step(model, batches, step, optimizer, scheduler, scaler, cfg, device,
                                  precision, 1, meter, data.lengths))
-        stamps.append(stamp())
+        stamps.append(stamp(sync=cuda and (len(stamps) == 0 or len(stamps) == steps - 1)))
         counts.append((step.real_tokens, step.padded_tokens))
         if len(stamps) == 1:
             meter.reset()  # its interval then matches the timed window: steps 2..N
+            if sampler:
+                sampler.snapshot()  # NVML means over the timed window only
     record = run_record(stamps, [float(v[0]) for v in values], counts)
     interval = meter.interval()
     record["meter"] = {"input_wait_share": round(interval["input_wait_share"], 4),
-                       "mfu_vs_measured_matmul_peak": round(interval["mfu"], 4),
-                       "peak_source": meter.peak.source}
+                       "copy_s": round(interval["copy_s"], 4),
+                       "compute_s": round(interval["compute_s"], 4),
+                       "interval_s": round(interval["interval_s"], 4),
+                       "mfu": round(interval["mfu"], 4), "peak_source": meter.peak.source,
+                       "precision": precision.name, "pad_multiple": spec.pad_multiple}
     return record, model
 
 
@@ -133,11 +148,14 @@ def grouping_args(arguments_cls) -> dict:
     return {"group_by_length": True}
 
 
-def train_hf(dataset, tokenizer, grouped: bool, out_dir: str) -> tuple[dict, object, dict]:
+def train_hf(dataset, tokenizer, grouped: bool, out_dir: str, *, model_fn=None, cuda: bool = False,
+             batch: int = BATCH, lr: float = LR, sampler=None) -> tuple[dict, object, dict]:
+    """HF Trainer on the same rows; on CUDA in bf16 with pinned-memory loading (its defaults),
+    logging every 50 steps there (a log forces a device sync) and every step on CPU."""
     from transformers import (DataCollatorWithPadding, PrinterCallback, Trainer, TrainerCallback,
                               TrainingArguments)
 
-    pad = DataCollatorWithPadding(tokenizer)
+    pad = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8 if cuda else None)
     counts, stamps, losses = [], [], []
 
     def collate(features):  # counts what the model is fed: real vs padded tokens per batch
@@ -147,7 +165,10 @@ def train_hf(dataset, tokenizer, grouped: bool, out_dir: str) -> tuple[dict, obj
 
     class Stamps(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
-            stamps.append(stamp())
+            first = state.global_step == 1
+            stamps.append(stamp(sync=cuda and (first or state.global_step == state.max_steps)))
+            if first and sampler:
+                sampler.snapshot()
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             if logs and "loss" in logs:
@@ -156,14 +177,16 @@ def train_hf(dataset, tokenizer, grouped: bool, out_dir: str) -> tuple[dict, obj
     fields = TrainingArguments.__dataclass_fields__
     warmup = {"warmup_ratio": WARMUP} if "warmup_ratio" in fields else {"warmup_steps": WARMUP}
     grouping = grouping_args(TrainingArguments) if grouped else {}
+    device = {"bf16": True, "dataloader_pin_memory": True} if cuda else {
+        "use_cpu": True, "dataloader_pin_memory": False}
     args = TrainingArguments(
-        output_dir=out_dir, per_device_train_batch_size=BATCH, num_train_epochs=1,
-        learning_rate=LR, weight_decay=WEIGHT_DECAY, lr_scheduler_type="linear", max_grad_norm=CLIP,
-        seed=SEED, use_cpu=True, report_to="none", save_strategy="no", eval_strategy="no",
-        logging_strategy="steps", logging_steps=1, disable_tqdm=True, dataloader_num_workers=0,
-        dataloader_pin_memory=False, **warmup, **grouping)
-    trainer = Trainer(model=fresh_model(), args=args, train_dataset=dataset, processing_class=tokenizer,
-                      data_collator=collate, callbacks=[Stamps()])
+        output_dir=out_dir, per_device_train_batch_size=batch, num_train_epochs=1,
+        learning_rate=lr, weight_decay=WEIGHT_DECAY, lr_scheduler_type="linear", max_grad_norm=CLIP,
+        seed=SEED, report_to="none", save_strategy="no", eval_strategy="no",
+        logging_strategy="steps", logging_steps=50 if cuda else 1, disable_tqdm=True,
+        dataloader_num_workers=0, **device, **warmup, **grouping)
+    trainer = Trainer(model=(model_fn or fresh_model)(), args=args, train_dataset=dataset,
+                      processing_class=tokenizer, data_collator=collate, callbacks=[Stamps()])
     trainer.remove_callback(PrinterCallback)  # one printed dict per step otherwise
     trainer.train()
     if len(counts) != len(stamps):

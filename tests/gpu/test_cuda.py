@@ -1,0 +1,173 @@
+"""The CUDA paths on a real GPU: precision choice, fp16 + GradScaler, the CUDA-event step meter,
+the NVML sampler, pinned non-blocking copies and a short bf16 training run.
+
+Skipped without a CUDA device (CI has none); run on a GPU machine with
+`python -m pytest tests/gpu -m cuda`. Models are tiny random-init BERTs built from a config, so
+nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from wellfed import device as dev
+from wellfed.config import TrainConfig
+from wellfed.data.batching import Step
+from wellfed.telemetry.meter import StepMeter
+from wellfed.telemetry.peak import Peak, device_peak
+from wellfed.train.loop import build_optimizer, train_step
+
+pytestmark = [pytest.mark.cuda,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+CUDA = torch.device("cuda", 0)
+VOCAB = 1000
+
+
+def bert(hidden: int = 64, layers: int = 2, seed: int = 0):
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(seed)
+    config = BertConfig(vocab_size=VOCAB, hidden_size=hidden, num_hidden_layers=layers,
+                        num_attention_heads=4, intermediate_size=4 * hidden, num_labels=2)
+    return BertForSequenceClassification(config).to(CUDA).train()
+
+
+def host_batch(rows: int, width: int, rng: np.random.Generator, padded: bool = True) -> dict:
+    """A host micro-batch as `collate` returns it; label 1 iff token 7 occurs (learnable)."""
+    lens = rng.integers(width // 2, width + 1, rows) if padded else np.full(rows, width)
+    mask = (np.arange(width)[None, :] < lens[:, None]).astype(np.int64)
+    ids = rng.integers(10, VOCAB, (rows, width))
+    plant = rng.random(rows) < 0.5
+    ids[plant, 1] = 7
+    return {"input_ids": np.where(mask == 1, ids, 0), "attention_mask": mask,
+            "labels": plant.astype(np.int64), "weights": np.ones(rows, np.float32)}
+
+
+class Run:
+    """The loop's own step (train_step) with its optimizer, scheduler, scaler and meter."""
+
+    def __init__(self, model, precision: str, lr: float = 1e-3):
+        self.model = model
+        self.cfg = TrainConfig(lr=lr, precision=precision, max_grad_norm=1.0)
+        self.precision = dev.choose_precision(precision, CUDA)
+        self.optimizer = build_optimizer(model, self.cfg)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: 1.0)
+        self.scaler = dev.grad_scaler(CUDA, self.precision)
+        self.meter = StepMeter(CUDA, Peak(1e15, "test"), model.config)
+
+    def step(self, micro: list[dict]) -> torch.Tensor:
+        rows = [len(b["labels"]) for b in micro]
+        lengths = np.full(max(rows), micro[0]["input_ids"].shape[1])
+        step = Step(0, 0, sum(rows), [np.arange(r) for r in rows])
+        return train_step(self.model, iter(micro), step, self.optimizer, self.scheduler,
+                          self.scaler, self.cfg, CUDA, self.precision, 1, self.meter, lengths)
+
+
+def test_auto_precision_is_bf16_on_an_ampere_or_newer_gpu_and_says_why():
+    precision = dev.choose_precision("auto", CUDA)
+    name = dev.device_name(CUDA)
+    if torch.cuda.is_bf16_supported():
+        assert precision.name == "bf16" and not precision.needs_scaler
+        assert precision.reason == f"auto: {name} supports bf16"
+    else:
+        assert precision.name == "fp16" and precision.needs_scaler
+    assert dev.pad_multiple(0, CUDA) == 8
+
+
+def test_fp16_gradscaler_skips_an_overflowing_step_and_counts_it():
+    run = Run(bert(), "fp16")
+    rng = np.random.default_rng(0)
+    before = [p.detach().clone() for p in run.model.parameters()]
+    scale = run.scaler.get_scale()
+    # An infinite gradient in one parameter: GradScaler must find it, skip the update, halve the scale.
+    hook = run.model.classifier.weight.register_hook(lambda g: g * float("inf"))
+    loss, _, skipped = run.step([host_batch(16, 24, rng)]).tolist()
+    hook.remove()
+    assert skipped == 1.0 and np.isfinite(loss)
+    assert run.scaler.get_scale() == scale / 2
+    assert all(torch.equal(a, b) for a, b in zip(before, run.model.parameters()))
+    _, _, skipped = run.step([host_batch(16, 24, rng)]).tolist()
+    assert skipped == 0.0
+    assert not all(torch.equal(a, b) for a, b in zip(before, run.model.parameters()))
+
+
+def test_meter_cuda_event_compute_time_matches_a_synchronized_wall_clock():
+    run = Run(bert(hidden=256, layers=4), "bf16")
+    rng = np.random.default_rng(1)
+    batches = [[host_batch(64, 128, rng), host_batch(64, 128, rng)] for _ in range(12)]
+    for micro in batches[:3]:  # warm-up: kernels, cuBLAS handles, the fused optimizer
+        run.step(micro)
+    torch.cuda.synchronize()
+    run.meter.reset()
+    start = time.perf_counter()
+    for micro in batches[3:]:
+        run.step(micro)
+    torch.cuda.synchronize()
+    wall = time.perf_counter() - start
+    figures = run.meter.interval()
+    # Compute excludes input wait and the host side of the copies; both are tiny here.
+    assert figures["compute_s"] == pytest.approx(wall - figures["input_wait_s"] - figures["copy_s"],
+                                                 rel=0.10)
+    assert figures["local_rows"] == 9 * 128
+
+
+def test_nvml_sampler_reads_this_process_gpu():
+    import pynvml
+
+    from wellfed.telemetry.gpu import DeviceSampler
+
+    sampler = DeviceSampler(CUDA, interval_s=0.1).start()
+    block = torch.empty(2**30, dtype=torch.uint8, device=CUDA)  # 1 GiB this process holds
+    a = torch.randn(4096, 4096, device=CUDA, dtype=torch.bfloat16)
+    deadline = time.perf_counter() + 1.0
+    while time.perf_counter() < deadline:
+        for _ in range(20):
+            a = (a @ a).clamp_(-1, 1)
+        torch.cuda.synchronize()
+    snap = sampler.snapshot()
+    sampler.stop()
+    assert sampler.kind == "gpu"
+    uuid = str(torch.cuda.get_device_properties(CUDA).uuid)
+    assert pynvml.nvmlDeviceGetUUID(sampler._handle).removeprefix("GPU-") == uuid.removeprefix("GPU-")
+    total = torch.cuda.get_device_properties(CUDA).total_memory / 2**30
+    assert snap["gpu_mem_total_gb"] == pytest.approx(total, rel=0.02)
+    assert snap["gpu_mem_used_gb"] >= 1.0 and snap["torch_max_allocated_gb"] >= 1.0
+    assert snap["gpu_util_pct"] > 0 and snap["gpu_power_w"] > 0 and snap["gpu_sm_clock_mhz"] > 0
+    del block
+
+
+def test_pinned_non_blocking_copies_leave_the_host_free_while_the_gpu_computes():
+    """to_device pins and copies with non_blocking=True: the host returns at once and can gather
+    the next batch while the GPU is still busy (the copy itself queues behind the compute)."""
+    rng = np.random.default_rng(2)
+    host = host_batch(256, 128, rng)
+    a = torch.randn(8192, 8192, device=CUDA, dtype=torch.bfloat16)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(100):  # ~1 TFLOP each: well over 100 ms of queued GPU work
+        a = (a @ a).clamp_(-1, 1)
+    queued = time.perf_counter()
+    batch = dev.to_device(host, CUDA)
+    returned = time.perf_counter()
+    torch.cuda.synchronize()
+    done = time.perf_counter()
+    assert returned - queued < 0.05 < done - returned  # the host did not wait for the GPU
+    assert all(t.is_cuda for t in batch.values())
+    assert np.array_equal(batch["input_ids"].cpu().numpy(), host["input_ids"])
+    assert done - start > 0.1
+
+
+def test_bf16_training_on_cuda_learns_and_the_peak_comes_from_the_table():
+    run = Run(bert(hidden=128, layers=2), "auto", lr=2e-3)
+    rng = np.random.default_rng(3)
+    losses = [float(run.step([host_batch(32, 32, rng)])[0]) for _ in range(80)]
+    assert np.mean(losses[-10:]) < 0.5 * np.mean(losses[:10])
+    precision = run.precision
+    peak = device_peak(CUDA, dev.device_name(CUDA), precision.name, precision.dtype)
+    if any(k in dev.device_name(CUDA) for k in ("H100", "H200", "A100", "L4", "L40S", "A10G")):
+        assert peak.source.startswith("table:")
