@@ -171,3 +171,18 @@ def test_bf16_training_on_cuda_learns_and_the_peak_comes_from_the_table():
     peak = device_peak(CUDA, dev.device_name(CUDA), precision.name, precision.dtype)
     if any(k in dev.device_name(CUDA) for k in ("H100", "H200", "A100", "L4", "L40S", "A10G")):
         assert peak.source.startswith("table:")
+
+
+def test_train_step_does_not_synchronise_the_host_on_unpadded_batches():
+    """The host must run ahead of the GPU: no step-level .item(), no host scalar copied to the
+    device. (Padded batches still sync once inside transformers' SDPA mask builder; unpadded
+    ones are passed without a mask, so the whole step must be sync-free.)"""
+    run = Run(bert(), "bf16")
+    rng = np.random.default_rng(4)
+    run.step([host_batch(16, 24, rng, padded=False)])  # warm-up: allocator, cuBLAS, optimizer state
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        run.step([host_batch(16, 24, rng, padded=False), host_batch(16, 24, rng, padded=False)])
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
