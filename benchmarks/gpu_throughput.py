@@ -92,29 +92,21 @@ def profile_steps(data, path: Path, pad_id: int, steps: int = 5) -> dict:
     import torch
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
-    from transformers import get_linear_schedule_with_warmup
-    from wellfed import device as dev
     from wellfed.config import TrainConfig
-    from wellfed.data.batching import BatchSpec, iterate_steps
+    from wellfed.data.batching import iterate_steps
     from wellfed.telemetry.meter import StepMeter
     from wellfed.telemetry.peak import Peak
-    from wellfed.train.loop import build_optimizer, micro_batches, train_step
+    from wellfed.train.loop import micro_batches, setup, train_step
 
     device = torch.device("cuda")
     cfg = TrainConfig(lr=1e-4, precision="bf16", global_batch_size=32, micro_batch_size=32, seed=SEED)
-    precision = dev.choose_precision("bf16", device)
-    model = model_factory("bert_base")().to(device).train()
-    optimizer = build_optimizer(model, cfg)
-    scheduler = get_linear_schedule_with_warmup(optimizer, 0, 1000)
-    scaler = dev.grad_scaler(device, precision)
-    spec = BatchSpec(32, 1, 32, 0, 8, SEED, 64)
-    meter = StepMeter(device, Peak(1.0, "unused"), model.config)
-    fed = micro_batches(iterate_steps(data.lengths, spec, 0), data, path, pad_id, 8, 0, 2, True)
+    s = setup(cfg, model_factory("bert_base")().to(device), len(data), device)
+    meter = StepMeter(device, Peak(1.0, "unused"), s.model.config)
+    fed = micro_batches(iterate_steps(data.lengths, s.spec, 0), data, path, pad_id, 8, 0, 2, True)
 
     def one():
         step, batches = next(fed)
-        train_step(model, batches, step, optimizer, scheduler, scaler, cfg, device, precision, 1,
-                   meter, data.lengths)
+        train_step(s, step, batches, meter, data.lengths)
 
     for _ in range(10):
         one()

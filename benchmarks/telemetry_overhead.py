@@ -42,18 +42,16 @@ def main() -> None:
     import pyarrow.parquet as pq
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
-    from transformers import get_linear_schedule_with_warmup
     from transformers.utils import logging as hf_logging
 
-    from wellfed import device as dev
     from wellfed.config import TrainConfig
-    from wellfed.data.batching import BatchSpec, iterate_steps
+    from wellfed.data.batching import iterate_steps
     from wellfed.data.shards import TokenFile, write_token_file
     from wellfed.data.tokenization import SplitTokenizer
     from wellfed.telemetry.gpu import DeviceSampler
     from wellfed.telemetry.meter import StepMeter
     from wellfed.telemetry.peak import device_peak
-    from wellfed.train.loop import build_optimizer, micro_batches, train_step
+    from wellfed.train.loop import micro_batches, setup, train_step
 
     harness.require_sst2(NAME)
     torch.set_num_threads(harness.THREADS)
@@ -62,8 +60,9 @@ def main() -> None:
     pick = np.random.default_rng(42).choice(len(texts), ROWS, replace=False)
     tokenizer = AutoTokenizer.from_pretrained(harness.model_path())
     cpu = torch.device("cpu")
-    precision = dev.choose_precision("auto", cpu)
-    cfg = TrainConfig(global_batch_size=BATCH, micro_batch_size=BATCH)
+    # max_steps: the schedule (warmup 3 of STEPS) as before; pad multiple 1, pools of 64 batches
+    cfg = TrainConfig(global_batch_size=BATCH, micro_batch_size=BATCH, max_steps=STEPS,
+                      warmup_ratio=3 / STEPS, seed=42, precision="auto")
     results = {"on": [], "off": []}
     with tempfile.TemporaryDirectory() as tmp:
         frame = pd.DataFrame({"row_id": np.arange(ROWS), "text": [texts[i] for i in pick],
@@ -75,12 +74,9 @@ def main() -> None:
         for mode in ORDER:
             torch.manual_seed(42)
             model = AutoModelForSequenceClassification.from_pretrained(harness.model_path(),
-                                                                       num_labels=2).train()
-            opt = build_optimizer(model, cfg)
-            sched = get_linear_schedule_with_warmup(opt, 3, STEPS)
-            scaler = dev.grad_scaler(cpu, precision)
-            spec = BatchSpec(BATCH, 1, BATCH, 0, 1, 42, 64)
-            steps = iterate_steps(data.lengths, spec, 0)
+                                                                       num_labels=2)
+            s = setup(cfg, model, len(data), cpu)
+            steps = iterate_steps(data.lengths, s.spec, 0)
             fed = micro_batches(steps, data, path, 0, 1, 0, 2, False)
             sampler = DeviceSampler(cpu).start() if mode == "on" else None
             meter = (StepMeter(cpu, device_peak(cpu, "cpu", "fp32", None), model.config)
@@ -89,8 +85,7 @@ def main() -> None:
             for i, (step, batches) in enumerate(fed):
                 if i == STEPS:
                     break
-                train_step(model, batches, step, opt, sched, scaler, cfg, cpu, precision, 1,
-                           meter, data.lengths)
+                train_step(s, step, batches, meter, data.lengths)
                 if mode == "on" and (i + 1) % REPORT_EVERY == 0:
                     meter.interval(), sampler.snapshot()
                     meter.reset()
@@ -110,7 +105,7 @@ def main() -> None:
     harness.write_result(NAME, {
         "what": "training throughput with wellfed's telemetry on vs off (same step, rows, model)",
         "config": {"rows": ROWS, "batch": BATCH, "steps": STEPS, "report_every": REPORT_EVERY,
-                   "order": list(ORDER), "precision": precision.name, "threads": harness.THREADS},
+                   "order": list(ORDER), "precision": s.precision.name, "threads": harness.THREADS},
         "machine": harness.machine(),
         "contenders": results,
         "ratios": {"telemetry_on_vs_off": {

@@ -4,8 +4,8 @@ All three fine-tune all-MiniLM-L6-v2 (same pretrained weights, same seeded head)
 over the same 2,048 SST-2 train rows (a seeded sample) at global batch 32 (64 optimizer steps),
 AdamW lr 1e-4, weight decay 0.01, linear warmup 6% then decay, clip 1.0, 2 torch threads:
   wellfed          TokenFile + iterate_steps (pool_batches 64, world 1, pad_multiple 1) fed to
-                   wellfed.train.loop's own micro_batches and train_step (the step of
-                   train_loop_per_worker), set up as that function does, run here without Ray
+                   wellfed.train.loop's own setup, micro_batches and train_step (what
+                   loop.train runs on every worker), in-process without Ray
   trainer_default  Trainer, its default RandomSampler + DataCollatorWithPadding
   trainer_grouped  Trainer with length grouping (LengthGroupedSampler)
 Throughput = real (non-pad) tokens / s, timed from the end of the first optimizer step to the end
@@ -87,16 +87,15 @@ def run_record(stamps, losses, counts) -> dict:
 def train_wellfed(data, path: Path, pad_id, *, model_fn=None, device: str = "cpu",
                   precision: str = "fp32", batch: int = BATCH, micro_tokens: int = 0,
                   lr: float = LR, pad_multiple: int = 0, sampler=None) -> tuple[dict, object]:
-    """train_loop_per_worker's setup and its real `train_step`, single process, world 1 (CPU fp32
-    here; benchmarks/gpu_throughput.py passes a CUDA device, bf16, larger batches)."""
+    """The loop's own `setup` and `train_step`, single process, world 1 (CPU fp32 here;
+    benchmarks/gpu_throughput.py passes a CUDA device, bf16, larger batches)."""
     import torch
-    from transformers import get_linear_schedule_with_warmup
-    from wellfed import device as dev
     from wellfed.config import TrainConfig
-    from wellfed.data.batching import BatchSpec, iterate_steps
+    from wellfed.data.batching import iterate_steps
     from wellfed.telemetry.meter import StepMeter
     from wellfed.telemetry.peak import device_peak
-    from wellfed.train.loop import build_optimizer, micro_batches, total_steps, train_step
+    from wellfed.train.loop import micro_batches, setup, train_step
+    from wellfed import device as dev
 
     cfg = TrainConfig(epochs=1, lr=lr, weight_decay=WEIGHT_DECAY, warmup_ratio=WARMUP,
                       global_batch_size=batch, micro_batch_size=batch, micro_batch_tokens=micro_tokens,
@@ -104,41 +103,32 @@ def train_wellfed(data, path: Path, pad_id, *, model_fn=None, device: str = "cpu
                       pad_multiple=pad_multiple)
     device = torch.device(device)
     cuda = device.type == "cuda"
-    precision = dev.choose_precision(cfg.precision, device)
-    model = (model_fn or fresh_model)().to(device)
-    # from_pretrained returns the model in eval mode (dropout off); Trainer trains in train mode.
-    model.train()
-    optimizer = build_optimizer(model, cfg)
-    steps = total_steps(len(data), cfg)
-    scheduler = get_linear_schedule_with_warmup(optimizer, int(cfg.warmup_ratio * steps), steps)
-    scaler = dev.grad_scaler(device, precision)
-    spec = BatchSpec(cfg.global_batch_size, 1, cfg.micro_batch_size, cfg.micro_batch_tokens,
-                     dev.pad_multiple(cfg.pad_multiple, device), cfg.seed, cfg.pool_batches)
+    s = setup(cfg, (model_fn or fresh_model)().to(device), len(data), device)
+    steps = s.steps
     torch.manual_seed(cfg.seed)  # dropout
-    meter = StepMeter(device, device_peak(device, dev.device_name(device), precision.name,
-                                          precision.dtype), model.config)
-    plan = iterate_steps(data.lengths, spec, 0, 0, 0, cfg.epochs)
-    fed = micro_batches(plan, data, path, pad_id, spec.pad_multiple, loader_workers=0,
+    meter = StepMeter(device, device_peak(device, dev.device_name(device), s.precision.name,
+                                          s.precision.dtype), s.model.config)
+    plan = iterate_steps(data.lengths, s.spec, 0, 0, 0, cfg.epochs)
+    fed = micro_batches(plan, data, path, pad_id, s.spec.pad_multiple, loader_workers=0,
                         prefetch=2, pin=cuda)
     stamps, values, counts = [], [], []
     for step, batches in fed:
-        values.append(train_step(model, batches, step, optimizer, scheduler, scaler, cfg, device,
-                                 precision, 1, meter, data.lengths))
+        values.append(train_step(s, step, batches, meter, data.lengths))
         stamps.append(stamp(sync=cuda and (len(stamps) == 0 or len(stamps) == steps - 1)))
         counts.append((step.real_tokens, step.padded_tokens))
         if len(stamps) == 1:
             meter.reset()  # its interval then matches the timed window: steps 2..N
             if sampler:
                 sampler.snapshot()  # NVML means over the timed window only
-    record = run_record(stamps, [float(v[0]) for v in values], counts)
+    record = run_record(stamps, [float(v.loss) for v in values], counts)
     interval = meter.interval()
     record["meter"] = {"input_wait_share": round(interval["input_wait_share"], 4),
                        "copy_s": round(interval["copy_s"], 4),
                        "compute_s": round(interval["compute_s"], 4),
                        "interval_s": round(interval["interval_s"], 4),
                        "mfu": round(interval["mfu"], 4), "peak_source": meter.peak.source,
-                       "precision": precision.name, "pad_multiple": spec.pad_multiple}
-    return record, model
+                       "precision": s.precision.name, "pad_multiple": s.spec.pad_multiple}
+    return record, s.model
 
 
 def grouping_args(arguments_cls) -> dict:
@@ -218,7 +208,7 @@ def run_one(name: str, data, dataset, dev_data, tokenizer, scratch: Path) -> tup
     torch.set_num_threads(harness.THREADS)
     if name == "wellfed":
         record, model = train_wellfed(data, data.path, tokenizer.pad_token_id)
-        setup = {"optimizer": "torch.optim.AdamW (wellfed.train.loop.build_optimizer)",
+        setup = {"optimizer": "torch.optim.AdamW (wellfed.train.loop.setup)",
                  "sampling": "wellfed iterate_steps, pool_batches 64",
                  "step": "wellfed.train.loop.train_step, loader_workers 0"}
     else:

@@ -19,7 +19,7 @@ from wellfed.config import TrainConfig
 from wellfed.data.batching import Step
 from wellfed.telemetry.meter import StepMeter
 from wellfed.telemetry.peak import Peak, device_peak
-from wellfed.train.loop import build_optimizer, train_step
+from wellfed.train.loop import setup, train_step
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -49,23 +49,19 @@ def host_batch(rows: int, width: int, rng: np.random.Generator, padded: bool = T
 
 
 class Run:
-    """The loop's own step (train_step) with its optimizer, scheduler, scaler and meter."""
+    """The loop's own setup and step (wellfed.train.loop.setup / train_step) on the GPU."""
 
     def __init__(self, model, precision: str, lr: float = 1e-3):
-        self.model = model
-        self.cfg = TrainConfig(lr=lr, precision=precision, max_grad_norm=1.0)
-        self.precision = dev.choose_precision(precision, CUDA)
-        self.optimizer = build_optimizer(model, self.cfg)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: 1.0)
-        self.scaler = dev.grad_scaler(CUDA, self.precision)
+        self.cfg = TrainConfig(lr=lr, precision=precision, max_grad_norm=1.0, warmup_ratio=0.0)
+        self.s = setup(self.cfg, model, 10_000, CUDA)
+        self.model, self.precision, self.scaler = model, self.s.precision, self.s.scaler
         self.meter = StepMeter(CUDA, Peak(1e15, "test"), model.config)
 
     def step(self, micro: list[dict]) -> torch.Tensor:
         rows = [len(b["labels"]) for b in micro]
         lengths = np.full(max(rows), micro[0]["input_ids"].shape[1])
         step = Step(0, 0, sum(rows), [np.arange(r) for r in rows])
-        return train_step(self.model, iter(micro), step, self.optimizer, self.scheduler,
-                          self.scaler, self.cfg, CUDA, self.precision, 1, self.meter, lengths)
+        return torch.stack(train_step(self.s, step, iter(micro), self.meter, lengths))
 
 
 def test_auto_precision_is_bf16_on_an_ampere_or_newer_gpu_and_says_why():

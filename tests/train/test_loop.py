@@ -10,7 +10,7 @@ from wellfed.data.shards import TokenBatch, TokenFile, write_token_file
 from wellfed.model import load_model
 from wellfed.telemetry.meter import StepMeter
 from wellfed.telemetry.peak import Peak
-from wellfed.train.loop import build_optimizer, micro_batches, train_step
+from wellfed.train.loop import micro_batches, setup, train_step
 
 
 @pytest.fixture(scope="module")
@@ -48,21 +48,16 @@ def run_one_step(token_file, tiny_model_dir, micro_rows, world=1):
     torch.manual_seed(0)
     model = load_model(ModelConfig(init="random"), str(tiny_model_dir), ["a", "b"])
     model.config.hidden_dropout_prob = model.config.attention_probs_dropout_prob = 0.0
-    model.eval()  # no dropout: the two splits must see the same function
-    cfg = TrainConfig(global_batch_size=32, micro_batch_size=micro_rows, max_grad_norm=0)
-    opt = build_optimizer(model, cfg)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
-    scaler = torch.amp.GradScaler("cpu", enabled=False)
-    from wellfed import device as dev
-
     cpu = torch.device("cpu")
-    spec = BatchSpec(global_batch=32, micro_rows=micro_rows, seed=3)
-    step = next(iterate_steps(data.lengths, spec, 0))
+    cfg = TrainConfig(global_batch_size=32, micro_batch_size=micro_rows, max_grad_norm=0,
+                      precision="fp32", seed=3, warmup_ratio=0.0)
+    s = setup(cfg, model, len(data), cpu, world)
+    s.model.eval()  # no dropout: the two splits must see the same function
+    step = next(iterate_steps(data.lengths, s.spec, 0))
     _, batches = next(micro_batches(iter([step]), data, token_file, 0, 1, 0, 2, False))
     meter = StepMeter(cpu, Peak(1e12, "test"), model.config)
-    out = train_step(model, batches, step, opt, sched, scaler, cfg, cpu,
-                     dev.choose_precision("fp32", cpu), world, meter, data.lengths)
-    return out, len(step.micro), next(model.parameters()).detach().clone(), meter
+    out = train_step(s, step, batches, meter, data.lengths)
+    return torch.stack(out), len(step.micro), next(model.parameters()).detach().clone(), meter
 
 
 def test_loss_and_update_do_not_depend_on_how_the_global_batch_is_split(token_file, tiny_model_dir):

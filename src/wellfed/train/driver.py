@@ -21,6 +21,7 @@ import pyarrow.fs as pafs
 from wellfed import tracking
 from wellfed.data import staging
 from wellfed.config import DataConfig, ModelConfig, RayConfig, TrainConfig
+from wellfed.train import checkpoint
 
 log = logging.getLogger(__name__)
 RUN_FILE = "wellfed_run.json"
@@ -164,7 +165,7 @@ def resume_step(storage_uri: str, name: str) -> int | None:
     try:
         with fs.open_input_stream(f"{root}/{name}/checkpoint_manager_snapshot.json") as f:
             latest = json.loads(f.read())["latest_checkpoint_result"]["checkpoint_dir_name"]
-        with fs.open_input_stream(f"{root}/{name}/{latest}/train_state.json") as f:
+        with fs.open_input_stream(f"{root}/{name}/{latest}/{checkpoint.STATE}") as f:
             return int(json.loads(f.read())["step"])
     except (OSError, KeyError, TypeError, ValueError):
         return None
@@ -202,7 +203,8 @@ def fit(*, tokens_dir: Path, model_source: str, labels: list[str], pad_id: int,
     from ray.train.torch import TorchTrainer
 
     from wellfed.train.callback import MlflowCallback, flush_backlog
-    from wellfed.train.loop import train_loop_per_worker
+    from wellfed.train.loop import TrainJob
+    from wellfed.train.worker import train_loop_per_worker
 
     if train_cfg.global_batch_size < ray_cfg.num_workers:
         raise ValueError(f"train.global_batch_size ({train_cfg.global_batch_size}) is smaller than "
@@ -213,9 +215,9 @@ def fit(*, tokens_dir: Path, model_source: str, labels: list[str], pad_id: int,
     name = run_name(train_cfg, model_cfg, ray_cfg, data_hash)
     storage_uri = ray_cfg.storage_path or str(storage.resolve())
     resume_id = prepare_storage(storage_uri, name)
-    loop_config = {"train": asdict(train_cfg), "model": asdict(model_cfg), "data": asdict(data_cfg),
-                   "model_source": model_source, "labels": labels, "pad_id": pad_id,
-                   "tokens_dir": str(tokens_dir.resolve()), "threads": ray_cfg.cpus_per_worker}
+    job = TrainJob(train=train_cfg, data=data_cfg, model=model_cfg, tokens_dir=tokens_dir.resolve(),
+                   model_source=model_source, labels=tuple(labels), pad_id=pad_id)
+    loop_config = {"job": job, "threads": ray_cfg.cpus_per_worker}
     connect(ray_cfg)
     try:
         use_gpu = (ray_cfg.use_gpu == "true" or
@@ -285,19 +287,19 @@ def mark_complete(info: dict, run_id: str) -> None:
     write_run_file(info["storage"], info["name"], run_id, complete=True)
 
 
-def export_model(checkpoint, tokens_dir: Path, model_out: Path, uri: str, run_id: str) -> list[dict]:
+def export_model(final, tokens_dir: Path, model_out: Path, uri: str, run_id: str) -> list[dict]:
     """Final checkpoint -> HF model directory (weights + tokenizer + label names); return the
     per-step history. A profiler trace in the checkpoint goes to MLflow under `profile/`."""
     from wellfed.outputs import atomic_path
 
-    with checkpoint.as_directory() as ckpt:
+    with final.as_directory() as ckpt:
         ckpt = Path(ckpt)
-        state = json.loads((ckpt / "train_state.json").read_text())
+        state = checkpoint.read_state(ckpt)
         with atomic_path(model_out, is_dir=True) as tmp:
-            shutil.copytree(ckpt / "hf_model", tmp, dirs_exist_ok=True)
+            shutil.copytree(ckpt / checkpoint.HF_MODEL, tmp, dirs_exist_ok=True)
             shutil.copytree(tokens_dir / "tokenizer", tmp, dirs_exist_ok=True)
-        if (ckpt / "profile").is_dir():
-            tracking.log_artifacts(uri, run_id, ckpt / "profile", "profile")
+        if (ckpt / checkpoint.PROFILE).is_dir():
+            tracking.log_artifacts(uri, run_id, ckpt / checkpoint.PROFILE, checkpoint.PROFILE)
             print(f"[wellfed] profiler trace + top operators logged to MLflow run {run_id} "
                   "under profile/ (open the trace in https://ui.perfetto.dev)")
     return state["history"]

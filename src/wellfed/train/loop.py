@@ -1,26 +1,28 @@
-"""`train_loop_per_worker`: what every Ray Train worker runs. The step fits on one screen.
+"""The training loop: `train` runs in-process on one device (tests, benchmarks, a debugger) and,
+unchanged, on every Ray Train worker (train/worker.py adapts Ray's context to it).
 
-Every worker reports every `report_every` steps (never every step: each report can wait on the
-controller's 2 s poll); the driver-side callback decides what lands in MLflow. Losses and token
-counts stay on the device between reports and cross the host/device boundary once per report.
+`setup` builds the model's optimizer, schedule, scaler and batch plan the same way for all of
+them; `train_step` is one optimizer step and fits on one screen. Every copy of the loop reports
+every `report_every` steps through the `report` function it was given (never every step: under
+Ray each report can wait on the controller's 2 s poll); the sinks decide what lands where.
+Losses and token counts stay on the device between reports and cross to the host once per report.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import math
-import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator, NamedTuple
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from wellfed import device as dev
-from wellfed.config import from_dict
+from wellfed.config import DataConfig, ModelConfig, TrainConfig
 from wellfed.data.batching import (BatchSpec, MicroBatches, Step, collate, eval_batches,
                                    iterate_steps, steps_per_epoch)
 from wellfed.data.shards import TokenFile
@@ -28,11 +30,66 @@ from wellfed.model import load_model
 from wellfed.telemetry.gpu import DeviceSampler
 from wellfed.telemetry.meter import StepMeter
 from wellfed.telemetry.peak import device_peak
+from wellfed.train import checkpoint
+from wellfed.train.checkpoint import unwrap
 
-STATE_FILE = "train_state.json"
+Report = Callable[[dict, "Path | None"], None]
+"""report(metrics, checkpoint_dir or None): called on every rank; under Ray, ray.train.report."""
 
 
-def build_optimizer(model, cfg):
+@dataclass(frozen=True)
+class TrainJob:
+    """What defines one training run, the same on every worker: typed params and token files."""
+
+    train: TrainConfig
+    data: DataConfig
+    model: ModelConfig
+    tokens_dir: Path
+    """Folder holding train.arrow and validation.arrow (this node's copy)."""
+    model_source: str
+    """Packaged default, local directory or Hub id, as resolved by the tokenize stage."""
+    labels: tuple[str, ...]
+    """Class names in id order."""
+    pad_id: int
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where one copy of the loop runs."""
+
+    device: torch.device
+    rank: int = 0
+    world: int = 1
+    node: str = "local"
+
+
+@dataclass
+class Setup:
+    """A model and everything that steps it."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    scaler: torch.amp.GradScaler
+    precision: dev.Precision
+    spec: BatchSpec
+    steps: int
+    """Optimizer steps planned for the whole run."""
+    device: torch.device
+    world: int
+    max_grad_norm: float
+
+
+class StepResult(NamedTuple):
+    """One optimizer step's figures, still on the device."""
+
+    loss: torch.Tensor
+    grad_norm: torch.Tensor
+    skipped: torch.Tensor
+    """1.0 when fp16's GradScaler found an overflow and skipped the update."""
+
+
+def build_optimizer(model, cfg: TrainConfig):
     """AdamW without decay on biases/norms; the fused kernel where torch has one for the device
     (CPU and CUDA): on this CPU a MiniLM optimizer step took 0.34 s fused vs 1.2 s foreach."""
     decay, no_decay = [], []
@@ -46,13 +103,26 @@ def build_optimizer(model, cfg):
         return torch.optim.AdamW(groups, lr=cfg.lr)
 
 
-def total_steps(n_rows: int, cfg) -> int:
+def total_steps(n_rows: int, cfg: TrainConfig) -> int:
     planned = cfg.epochs * steps_per_epoch(n_rows, cfg.global_batch_size)
     return min(planned, cfg.max_steps) if cfg.max_steps else planned
 
 
-def unwrap(model):
-    return getattr(model, "module", model)
+def setup(cfg: TrainConfig, model, n_rows: int, device: torch.device, world: int = 1) -> Setup:
+    """Optimizer, warmup + linear decay, GradScaler and batch plan for `model` (already on its
+    device, DDP-wrapped under Ray), in train mode: from_pretrained returns eval mode."""
+    from transformers import get_linear_schedule_with_warmup
+
+    precision = dev.choose_precision(cfg.precision, device)
+    optimizer = build_optimizer(model, cfg)
+    steps = total_steps(n_rows, cfg)
+    scheduler = get_linear_schedule_with_warmup(optimizer, int(cfg.warmup_ratio * steps), steps)
+    spec = BatchSpec(global_batch=cfg.global_batch_size, world_size=world,
+                     micro_rows=cfg.micro_batch_size, micro_tokens=cfg.micro_batch_tokens,
+                     pad_multiple=dev.pad_multiple(cfg.pad_multiple, device), seed=cfg.seed,
+                     pool_batches=cfg.pool_batches)
+    return Setup(model.train(), optimizer, scheduler, dev.grad_scaler(device, precision),
+                 precision, spec, steps, device, world, cfg.max_grad_norm)
 
 
 def micro_batches(steps: Iterator[Step], data: TokenFile, path: Path, pad_id: int, multiple: int,
@@ -82,41 +152,41 @@ def micro_batches(steps: Iterator[Step], data: TokenFile, path: Path, pad_id: in
         yield from flush()
 
 
-def train_step(model, batches, step: Step, optimizer, scheduler, scaler, cfg, device, precision,
-               world: int, meter: StepMeter, lengths: np.ndarray):
-    """One optimizer step over this rank's micro-batches; returns (loss, grad norm) on device."""
-    no_sync = getattr(model, "no_sync", contextlib.nullcontext)
-    loss_sum = torch.zeros((), device=device)
+def train_step(s: Setup, step: Step, batches: Iterator[dict], meter: StepMeter,
+               lengths: np.ndarray) -> StepResult:
+    """One optimizer step over this rank's micro-batches of `step`."""
+    no_sync = getattr(s.model, "no_sync", contextlib.nullcontext)
+    loss_sum = torch.zeros((), device=s.device)
     for i, idx in enumerate(step.micro):
         with meter.waiting():
             host = next(batches)
         with meter.copying():
-            batch = dev.to_device(host, device)
+            batch = dev.to_device(host, s.device)
         meter.count(len(idx), int(lengths[idx].sum()), int(np.prod(host["input_ids"].shape)))
         last = i == len(step.micro) - 1
         with meter.computing(), (contextlib.nullcontext() if last else no_sync()):
-            with dev.autocast(device, precision):
-                logits = dev.forward(model, batch, host)
+            with dev.autocast(s.device, s.precision):
+                logits = dev.forward(s.model, batch, host)
             ce = F.cross_entropy(logits.float(), batch["labels"], reduction="none")
             # Sum over this rank's rows / rows in the global batch; DDP averages gradients over
             # ranks, so x world makes the gradient that of the whole global batch's mean loss.
-            loss = (ce * batch["weights"]).sum() * world / step.global_rows
-            scaler.scale(loss).backward()
+            loss = (ce * batch["weights"]).sum() * s.world / step.global_rows
+            s.scaler.scale(loss).backward()
         loss_sum += loss.detach()
     with meter.computing():
-        scaler.unscale_(optimizer)
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(),
-                                                   cfg.max_grad_norm or float("inf"))
-        scale = scaler.get_scale() if scaler.is_enabled() else 0.0  # fp16 only (syncs anyway)
-        scaler.step(optimizer)
-        scaler.update()
-        optimizer.zero_grad(set_to_none=True)
-        scheduler.step()
-    skipped = float(scaler.is_enabled() and scaler.get_scale() < scale)  # overflow: step skipped
+        s.scaler.unscale_(s.optimizer)
+        grad_norm = torch.nn.utils.clip_grad_norm_(s.model.parameters(),
+                                                   s.max_grad_norm or float("inf"))
+        scale = s.scaler.get_scale() if s.scaler.is_enabled() else 0.0  # fp16 only (syncs anyway)
+        s.scaler.step(s.optimizer)
+        s.scaler.update()
+        s.optimizer.zero_grad(set_to_none=True)
+        s.scheduler.step()
+    skipped = float(s.scaler.is_enabled() and s.scaler.get_scale() < scale)  # overflow: skipped
     # torch.full, not torch.tensor: a host scalar copied to the GPU waits for the stream (a sync
     # per step); a fill kernel does not.
-    return torch.stack([loss_sum, grad_norm.detach().float(),
-                        torch.full((), skipped, device=loss_sum.device)])
+    return StepResult(loss_sum, grad_norm.detach().float(),
+                      torch.full((), skipped, device=s.device))
 
 
 def count_bad(bad: int, losses: list[float]) -> int:
@@ -126,182 +196,145 @@ def count_bad(bad: int, losses: list[float]) -> int:
     return bad
 
 
-def evaluate_split(model, data: TokenFile, spec: BatchSpec, rank: int, device, precision, pad_id):
+def evaluate_split(s: Setup, data: TokenFile, rank: int, pad_id: int) -> dict[str, float]:
     """Validation loss/accuracy over all ranks (each takes every world_size-th sorted batch)."""
-    model.eval()
-    totals = torch.zeros(3, dtype=torch.float64, device=device)  # correct, loss sum, rows
+    s.model.eval()
+    totals = torch.zeros(3, dtype=torch.float64, device=s.device)  # correct, loss sum, rows
     with torch.no_grad():
-        for idx in eval_batches(data.lengths, spec, rank):
-            host = data.gather(idx, pad_id, spec.pad_multiple)
-            batch = dev.to_device(host, device)
-            with dev.autocast(device, precision):
-                logits = dev.forward(model, batch, host).float()
+        for idx in eval_batches(data.lengths, s.spec, rank):
+            host = data.gather(idx, pad_id, s.spec.pad_multiple)
+            batch = dev.to_device(host, s.device)
+            with dev.autocast(s.device, s.precision):
+                logits = dev.forward(s.model, batch, host).float()
             totals[0] += (logits.argmax(-1) == batch["labels"]).sum()
             totals[1] += F.cross_entropy(logits, batch["labels"], reduction="sum")
             totals[2] += len(idx)
     if torch.distributed.is_initialized():
         torch.distributed.all_reduce(totals)
-    model.train()
+    s.model.train()
     correct, loss, rows = totals.tolist()
     return {"val/accuracy": correct / max(rows, 1), "val/loss": loss / max(rows, 1)}
 
 
-def save_checkpoint(directory: Path, model, optimizer, scheduler, scaler, state: dict,
-                    final: bool, profile_dir: Path | None) -> None:
-    torch.save(unwrap(model).state_dict(), directory / "model.pt")
-    torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                "scaler": scaler.state_dict()}, directory / "optim.pt")
-    (directory / STATE_FILE).write_text(json.dumps(state))
-    if final:
-        unwrap(model).save_pretrained(directory / "hf_model", safe_serialization=True)
-        if profile_dir and any(profile_dir.iterdir()):
-            shutil.copytree(profile_dir, directory / "profile")
+@contextlib.contextmanager
+def profiler(window: tuple[int, int] | None, done: int, place: Place, out: Path):
+    """torch.profiler over optimizer steps [first, last] (1-based) on rank 0, windowed by
+    torch.profiler.schedule; the loop calls `.step()` after each optimizer step. Writes a
+    Chrome/Perfetto trace and the top-operators table into `out`. `done` steps ran before a
+    resume; a window already behind them is not profiled."""
+    if not window or place.rank != 0 or window[1] <= done:
+        yield None
+        return
+    first, last = max(window[0], done + 1), window[1]
+    acts = [torch.profiler.ProfilerActivity.CPU]
+    if place.device.type == "cuda":
+        acts.append(torch.profiler.ProfilerActivity.CUDA)
+    sort = "self_cuda_time_total" if place.device.type == "cuda" else "self_cpu_time_total"
+
+    def ready(prof):
+        prof.export_chrome_trace(str(out / f"trace_steps_{first}-{last}.json"))
+        (out / "top_operators.txt").write_text(prof.key_averages().table(sort_by=sort, row_limit=30))
+
+    skip = first - 1 - done  # profiler step k covers optimizer step done + k + 1
+    schedule = torch.profiler.schedule(wait=max(skip - 1, 0), warmup=min(skip, 1),
+                                       active=last - first + 1, repeat=1)
+    with torch.profiler.profile(activities=acts, record_shapes=True, schedule=schedule,
+                                on_trace_ready=ready) as prof:
+        yield prof
 
 
-def load_checkpoint(directory: Path, model, optimizer, scheduler, scaler) -> dict:
-    # weights_only=True: a checkpoint never gets to run code on load.
-    unwrap(model).load_state_dict(torch.load(directory / "model.pt", map_location="cpu",
-                                             weights_only=True))
-    optim = torch.load(directory / "optim.pt", map_location="cpu", weights_only=True)
-    optimizer.load_state_dict(optim["optimizer"])
-    scheduler.load_state_dict(optim["scheduler"])
-    scaler.load_state_dict(optim["scaler"])
-    return json.loads((directory / STATE_FILE).read_text())
+def close_interval(values: list[StepResult], pending: list[dict], world: int) -> None:
+    """Fill the interval's step records with loss (mean over ranks: one all-reduce), grad norm
+    (the same on every rank after DDP) and the skipped flag."""
+    stacked = torch.stack([torch.stack(v) for v in values]).to(torch.float64)
+    losses = stacked[:, 0].contiguous()
+    if torch.distributed.is_initialized():
+        torch.distributed.all_reduce(losses)
+    for rec, loss, norm, skip in zip(pending, losses.tolist(), stacked[:, 1].tolist(),
+                                     stacked[:, 2].tolist()):
+        rec.update({"loss": loss / world, "grad_norm": norm, "skipped": skip})
 
 
-class Profiler:
-    """torch.profiler over optimizer steps [first, last] on rank 0 only; writes a Chrome/Perfetto
-    trace and the top-operators table into `out`."""
+def train(job: TrainJob, place: Place, report: Report, *, resume: Path | None = None,
+          wrap: Callable = lambda model: model, stop: Callable[[], bool] | None = None) -> dict:
+    """Train `job` on `place.device`; return the final training state (step, history, ...).
 
-    def __init__(self, window: tuple[int, int] | None, rank: int, device, out: Path):
-        self.window = window if rank == 0 else None
-        self.device, self.out, self.prof = device, out, None
-
-    def before(self, step: int) -> None:
-        if self.window and step == self.window[0]:
-            acts = [torch.profiler.ProfilerActivity.CPU]
-            if self.device.type == "cuda":
-                acts.append(torch.profiler.ProfilerActivity.CUDA)
-            self.prof = torch.profiler.profile(activities=acts, record_shapes=True)
-            self.prof.__enter__()
-
-    def after(self, step: int) -> None:
-        if self.prof and step >= self.window[1]:
-            self.prof.__exit__(None, None, None)
-            self.prof.export_chrome_trace(str(self.out / f"trace_steps_{self.window[0]}-{step}.json"))
-            sort = "self_cuda_time_total" if self.device.type == "cuda" else "self_cpu_time_total"
-            (self.out / "top_operators.txt").write_text(
-                self.prof.key_averages().table(sort_by=sort, row_limit=30))
-            self.prof = None
-
-
-def train_loop_per_worker(config: dict) -> None:
-    import ray
-    import ray.train
-    import ray.train.torch
-    from transformers import get_linear_schedule_with_warmup
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # the driver shows progress; workers stay quiet
-    cfg, data_cfg = from_dict("train", config["train"]), from_dict("data", config["data"])
-    ctx = ray.train.get_context()
-    rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    torch.set_num_threads(config["threads"])
-    device = ray.train.torch.get_device()
-    precision = dev.choose_precision(cfg.precision, device)
-    tokens = Path(config["tokens_dir"])
-    if "tokens_uri" in config:  # multi-node: this node's local copy of the staged files
-        from wellfed.data.staging import localize
-
-        tokens = localize(config["tokens_uri"], config["tokens_hash"])
-    train_data, val_data = TokenFile(tokens / "train.arrow"), TokenFile(tokens / "validation.arrow")
-    pad_id = config["pad_id"]
-
+    `wrap` turns the model into its distributed form (Ray: prepare_model -> DDP); `resume` is a
+    checkpoint directory to continue from; `stop()` asks, once per step, to checkpoint and stop
+    early (a preemption signal; it must answer the same on every rank)."""
+    cfg, device = job.train, place.device
+    train_data = TokenFile(job.tokens_dir / "train.arrow")
+    val_data = TokenFile(job.tokens_dir / "validation.arrow")
     torch.manual_seed(cfg.seed)  # identical head init on every rank
-    model = load_model(from_dict("model", config["model"]), config["model_source"], config["labels"])
-    model = ray.train.torch.prepare_model(model).train()  # from_pretrained returns eval mode
-    optimizer = build_optimizer(model, cfg)
-    steps = total_steps(len(train_data), cfg)
-    scheduler = get_linear_schedule_with_warmup(optimizer, int(cfg.warmup_ratio * steps), steps)
-    scaler = dev.grad_scaler(device, precision)
-    spec = BatchSpec(cfg.global_batch_size, world, cfg.micro_batch_size, cfg.micro_batch_tokens,
-                     dev.pad_multiple(cfg.pad_multiple, device), cfg.seed, cfg.pool_batches)
-
+    model = wrap(load_model(job.model, job.model_source, list(job.labels)).to(device))
+    s = setup(cfg, model, len(train_data), device, place.world)
     state = {"epoch": 0, "index": 0, "step": 0, "history": []}
-    checkpoint = ray.train.get_checkpoint()
-    if checkpoint:
-        with checkpoint.as_directory() as d:
-            state = load_checkpoint(Path(d), model, optimizer, scheduler, scaler)
-        if rank == 0:
-            print(f"[wellfed] resuming from step {state['step']} of {steps} "
+    if resume:
+        state = checkpoint.load(resume, s)
+        if place.rank == 0:
+            print(f"[wellfed] resuming from step {state['step']} of {s.steps} "
                   f"(epoch {state['epoch']}, batch {state['index']})", flush=True)
-    torch.manual_seed(cfg.seed + 7919 * state["step"] + rank)  # dropout differs per rank
-
+    torch.manual_seed(cfg.seed + 7919 * state["step"] + place.rank)  # dropout differs per rank
     name = dev.device_name(device)
-    node = ray.get_runtime_context().get_node_id()
-    meter = StepMeter(device, device_peak(device, name, precision.name, precision.dtype),
+    meter = StepMeter(device, device_peak(device, name, s.precision.name, s.precision.dtype),
                       unwrap(model).config)
+    facts = {"rank": place.rank, "steps_total": s.steps, "precision": s.precision.name,
+             "precision_reason": s.precision.reason, "pad_multiple": s.spec.pad_multiple,
+             "device": name, "node": place.node, "peak_flops": meter.peak.flops,
+             "peak_source": meter.peak.source}
     sampler = DeviceSampler(device).start()
-    profile_dir = Path(tempfile.mkdtemp(prefix="wellfed-profile-"))
-    profiler = Profiler(cfg.profile_range(), rank, device, profile_dir)
-    plan = iterate_steps(train_data.lengths, spec, rank, state["epoch"], state["index"], cfg.epochs)
-    fed = micro_batches(plan, train_data, tokens / "train.arrow", pad_id, spec.pad_multiple,
-                        data_cfg.loader_workers, data_cfg.prefetch, device.type == "cuda")
+    plan = iterate_steps(train_data.lengths, s.spec, place.rank, state["epoch"], state["index"],
+                         cfg.epochs)
+    fed = micro_batches(plan, train_data, job.tokens_dir / "train.arrow", job.pad_id,
+                        s.spec.pad_multiple, job.data.loader_workers, job.data.prefetch,
+                        device.type == "cuda")
     pending, values, bad = [], [], 0
-    for step, batches in fed:
-        if state["step"] >= steps:
-            break
-        profiler.before(state["step"] + 1)
-        values.append(train_step(model, batches, step, optimizer, scheduler, scaler, cfg, device,
-                                 precision, world, meter, train_data.lengths))
-        state["step"] += 1
-        profiler.after(state["step"])
-        state["epoch"], state["index"] = step.epoch, step.index + 1
-        pending.append({"step": state["step"], "epoch": step.epoch,
-                        "lr": scheduler.get_last_lr()[0], "rows": step.global_rows,
-                        "real_tokens": step.real_tokens, "padded_tokens": step.padded_tokens})
-
-        last = state["step"] >= steps
-        do_eval = last or (cfg.eval_every and state["step"] % cfg.eval_every == 0)
-        do_ckpt = last or (cfg.checkpoint_every and state["step"] % cfg.checkpoint_every == 0)
-        if not (do_eval or do_ckpt or state["step"] % cfg.report_every == 0):
-            continue
-        # --- report: one all-reduce for the interval's losses (grad norms agree across ranks) ---
-        stacked = torch.stack(values).to(torch.float64)
-        losses = stacked[:, 0].contiguous()
-        if torch.distributed.is_initialized():
-            torch.distributed.all_reduce(losses)
-        for rec, loss, gn, skip in zip(pending, losses.tolist(), stacked[:, 1].tolist(),
-                                       stacked[:, 2].tolist()):
-            rec.update({"loss": loss / world, "grad_norm": gn, "skipped": skip})
-        bad = count_bad(bad, [r["loss"] for r in pending])
-        if cfg.max_bad_steps and bad >= cfg.max_bad_steps:
-            raise RuntimeError(f"loss was not finite for {bad} consecutive steps (up to step "
-                               f"{state['step']}); lower train.lr or use precision fp32/bf16. "
-                               "The last good checkpoint is kept")
-        interval = meter.interval()
-        seconds = interval["interval_s"]
-        perf = {"samples_per_s": sum(r["rows"] for r in pending) / seconds,
-                "real_tokens_per_s": sum(r["real_tokens"] for r in pending) / seconds,
-                "input_wait_share": interval["input_wait_share"], "mfu": interval["mfu"]}
-        metrics = {"rank": rank, "records": pending, "steps_total": steps, **interval,
-                   "telemetry": sampler.snapshot(), "sampler": sampler.kind,
-                   "precision": precision.name, "precision_reason": precision.reason,
-                   "pad_multiple": spec.pad_multiple, "device": name, "node": node,
-                   "peak_flops": meter.peak.flops, "peak_source": meter.peak.source}
-        if do_eval:
-            metrics["val"] = evaluate_split(model, val_data, spec, rank, device, precision, pad_id)
-        state["history"] += pending[:-1] + [dict(pending[-1], **perf, **metrics.get("val", {}))]
-        if do_ckpt:
-            with tempfile.TemporaryDirectory() as tmp:
-                if rank == 0:
-                    save_checkpoint(Path(tmp), model, optimizer, scheduler, scaler, state, last,
-                                    profile_dir)
-                ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(tmp)
-                                 if rank == 0 else None)
-        else:
-            ray.train.report(metrics)
-        pending, values = [], []
-        meter.reset()
+    with tempfile.TemporaryDirectory(prefix="wellfed-profile-") as traces, \
+            profiler(cfg.profile_range(), state["step"], place, Path(traces)) as prof:
+        for step, batches in fed:
+            if state["step"] >= s.steps:
+                break
+            values.append(train_step(s, step, batches, meter, train_data.lengths))
+            if prof:
+                prof.step()
+            state["step"] += 1
+            state["epoch"], state["index"] = step.epoch, step.index + 1
+            pending.append({"step": state["step"], "epoch": step.epoch,
+                            "lr": s.scheduler.get_last_lr()[0], "rows": step.global_rows,
+                            "real_tokens": step.real_tokens, "padded_tokens": step.padded_tokens})
+            last = state["step"] >= s.steps
+            stopping = not last and stop is not None and stop()
+            do_eval = last or (cfg.eval_every and state["step"] % cfg.eval_every == 0)
+            do_ckpt = last or stopping or (cfg.checkpoint_every
+                                           and state["step"] % cfg.checkpoint_every == 0)
+            if not (do_eval or do_ckpt or state["step"] % cfg.report_every == 0):
+                continue
+            close_interval(values, pending, place.world)
+            bad = count_bad(bad, [r["loss"] for r in pending])
+            if cfg.max_bad_steps and bad >= cfg.max_bad_steps:
+                raise RuntimeError(f"loss was not finite for {bad} consecutive steps (up to step "
+                                   f"{state['step']}); lower train.lr or use precision fp32/bf16. "
+                                   "The last good checkpoint is kept")
+            interval = meter.interval()
+            seconds = interval["interval_s"]
+            perf = {"samples_per_s": sum(r["rows"] for r in pending) / seconds,
+                    "real_tokens_per_s": sum(r["real_tokens"] for r in pending) / seconds,
+                    "input_wait_share": interval["input_wait_share"], "mfu": interval["mfu"]}
+            metrics = {**facts, "records": pending, **interval, "telemetry": sampler.snapshot(),
+                       "sampler": sampler.kind}
+            if do_eval:
+                metrics["val"] = evaluate_split(s, val_data, place.rank, job.pad_id)
+            state["history"] += pending[:-1] + [dict(pending[-1], **perf, **metrics.get("val", {}))]
+            if do_ckpt:
+                with tempfile.TemporaryDirectory() as tmp:
+                    if place.rank == 0:
+                        checkpoint.save(Path(tmp), s, state, last, Path(traces))
+                    report(metrics, Path(tmp) if place.rank == 0 else None)
+            else:
+                report(metrics, None)
+            pending, values = [], []
+            meter.reset()
+            if stopping:
+                break
     sampler.stop()
-    shutil.rmtree(profile_dir, ignore_errors=True)
+    return state

@@ -1,0 +1,54 @@
+"""The checkpoint layout, named once: what one training checkpoint directory holds.
+
+    model.pt          the model's state dict (unwrapped from DDP)
+    optim.pt          optimizer, LR scheduler and GradScaler state
+    train_state.json  step, epoch and sampler position, and the per-step history so far
+    hf_model/         the final checkpoint only: a Hugging Face model directory (safetensors)
+    profile/          the final checkpoint only, when train.profile_steps is set: the trace
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+
+MODEL = "model.pt"
+OPTIM = "optim.pt"
+STATE = "train_state.json"
+HF_MODEL = "hf_model"
+PROFILE = "profile"
+
+
+def unwrap(model):
+    return getattr(model, "module", model)
+
+
+def save(directory: Path, s, state: dict, final: bool, profile_dir: Path | None) -> None:
+    """Write the checkpoint of Setup `s` (its model, optimizer, scheduler, scaler) and `state`."""
+    torch.save(unwrap(s.model).state_dict(), directory / MODEL)
+    torch.save({"optimizer": s.optimizer.state_dict(), "scheduler": s.scheduler.state_dict(),
+                "scaler": s.scaler.state_dict()}, directory / OPTIM)
+    (directory / STATE).write_text(json.dumps(state))
+    if final:
+        unwrap(s.model).save_pretrained(directory / HF_MODEL, safe_serialization=True)
+        if profile_dir and any(profile_dir.iterdir()):
+            shutil.copytree(profile_dir, directory / PROFILE)
+
+
+def load(directory: Path, s) -> dict:
+    """Restore Setup `s` from a checkpoint; return its training state."""
+    # weights_only=True: a checkpoint never gets to run code on load.
+    unwrap(s.model).load_state_dict(torch.load(directory / MODEL, map_location="cpu",
+                                               weights_only=True))
+    optim = torch.load(directory / OPTIM, map_location="cpu", weights_only=True)
+    s.optimizer.load_state_dict(optim["optimizer"])
+    s.scheduler.load_state_dict(optim["scheduler"])
+    s.scaler.load_state_dict(optim["scaler"])
+    return read_state(directory)
+
+
+def read_state(directory: Path) -> dict:
+    return json.loads((directory / STATE).read_text())
