@@ -15,7 +15,7 @@ def measured_run(tiny_model_dir, loader_delay_s: float, steps: int = 6) -> RunFi
     model = load_model(ModelConfig(init="random"), str(tiny_model_dir), ["a", "b"])
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     cpu = torch.device("cpu")
-    meter = StepMeter(cpu, measure_peak(cpu, None, seconds=0.05), model.config)
+    meter = StepMeter(cpu, measure_peak(cpu, None, size=512, repeats=2), model.config)
 
     def loader():
         while True:

@@ -1,5 +1,6 @@
 import time
 
+import pytest
 import torch
 
 from wellfed import tracking
@@ -12,7 +13,40 @@ def test_peak_table_and_measurement():
     assert table_peak("NVIDIA H100 PCIe", "bf16").source == "table:H100 PCIe bf16"
     assert table_peak("Tesla T4", "bf16") is None  # T4 has no bf16: measure instead
     cpu = device_peak(torch.device("cpu"), "x86_64", "fp32", None)
-    assert cpu.flops > 1e8 and cpu.source.startswith("measured:1024x1024 float32 matmul on cpu")
+    assert cpu.flops > 1e8 and cpu.source.startswith("estimate:best of 5 2048x2048 float32 matmuls on cpu")
+
+
+def test_a_cpu_peak_is_measured_once_per_machine_and_cached(tmp_path, monkeypatch):
+    from wellfed.telemetry import peak as peaks
+
+    calls = []
+    monkeypatch.setattr(peaks, "measure_peak", lambda d, t: calls.append(1) or peaks.Peak(2e11, "estimate:x"))
+    first = peaks.cached_peak(torch.device("cpu"), "cpu", None, cache=tmp_path)
+    second = peaks.cached_peak(torch.device("cpu"), "cpu", None, cache=tmp_path)
+    assert len(calls) == 1 and first.flops == second.flops == 2e11
+    assert second.source == "estimate:x (cached)"
+
+
+def test_mfu_never_exceeds_one_when_the_peak_was_measured_too_low():
+    """A peak measured under load (planted here: 1 GFLOP/s) below what training then achieves:
+    the meter raises the estimate to the achieved rate instead of reporting MFU > 1."""
+    from transformers import BertConfig
+
+    from wellfed.telemetry.meter import StepMeter
+    from wellfed.telemetry.peak import Peak
+
+    config = BertConfig(hidden_size=64, num_hidden_layers=2, intermediate_size=128)
+    meter = StepMeter(torch.device("cpu"), Peak(1e9, "estimate:planted slow matmul"), config)
+    meter.started -= 0.5  # half a second of "training" on 4,096 real of 4,608 computed tokens
+    meter.count(128, 4096, 4608)
+    figures = meter.interval()
+    assert 0 < figures["mfu"] <= 1.0
+    assert figures["mfu"] == pytest.approx(4096 / 4608, rel=1e-6)  # useful share of achieved
+    assert meter.peak.flops > 1e9 and "raised to" in meter.peak.source
+    table = StepMeter(torch.device("cpu"), Peak(1e9, "table:planted"), config)
+    table.started -= 0.5
+    table.count(128, 4096, 4608)
+    assert table.interval()["mfu"] == 1.0 and table.peak.flops == 1e9  # capped, table kept
 
 
 def test_cpu_sampler_records_cpu_figures():

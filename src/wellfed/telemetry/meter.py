@@ -10,18 +10,22 @@ token, over wall time, over the device peak.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 
 import torch
 
 from wellfed.model import flops_per_token
-from wellfed.telemetry.peak import Peak
+from wellfed.telemetry.peak import Peak, guard
+
+log = logging.getLogger(__name__)
 
 
 class StepMeter:
     def __init__(self, device: torch.device, peak: Peak, model_config):
         self.cuda = device.type == "cuda"
         self.peak, self.model_config = peak, model_config
+        self.warned = False
         self.reset()
 
     def reset(self) -> None:
@@ -66,9 +70,17 @@ class StepMeter:
         else:
             compute = max(elapsed - self.input_wait - self.copy, 0.0)
         seq = self.padded / self.rows if self.rows else 1.0
+        # All the FLOPs computed (padding included) bound what the device achieved; MFU counts
+        # the useful (real-token) part of it.
+        achieved = self.padded * flops_per_token(self.model_config, seq) / elapsed
+        self.peak, exceeded = guard(self.peak, achieved)
+        if exceeded and not self.warned:
+            self.warned = True
+            log.warning("the device ran %.3g TFLOP/s, above its peak estimate; MFU is now "
+                        "measured against %s", achieved / 1e12, self.peak.source)
         useful = self.real * flops_per_token(self.model_config, seq)
         return {"interval_s": elapsed, "input_wait_s": self.input_wait, "copy_s": self.copy,
                 "compute_s": compute, "input_wait_share": self.input_wait / elapsed,
                 "local_rows": self.rows, "local_real_tokens": self.real,
                 "local_padded_tokens": self.padded,
-                "mfu": useful / elapsed / self.peak.flops if self.peak.flops else 0.0}
+                "mfu": min(useful / elapsed / self.peak.flops, 1.0) if self.peak.flops else 0.0}
