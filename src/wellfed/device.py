@@ -1,4 +1,5 @@
-"""Device and precision, decided once from a small table. The only module touching torch.cuda.
+"""Device and precision, decided once from a small table; the host-to-device copy and autocast.
+(Telemetry reads torch.cuda for its own figures: CUDA events, NVML, peak memory.)
 
 | device               | auto precision | why                                                  |
 |----------------------|----------------|------------------------------------------------------|
@@ -89,10 +90,6 @@ def to_device(batch: dict, device: torch.device) -> dict:
             tensor = tensor.to(device, non_blocking=True)
         out[key] = tensor
     return out
-
-
-def max_memory_bytes(device: torch.device) -> int:
-    return torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0
 
 
 def forward(model, batch: dict, host: dict):
