@@ -70,3 +70,28 @@ def test_empty_split_and_missing_file(tmp_path):
     (tmp_path / "junk.arrow").write_bytes(b"not arrow at all")
     with pytest.raises(ValueError, match="not an Arrow IPC token file"):
         TokenFile(tmp_path / "junk.arrow")
+
+
+def test_offsets_are_64_bit_so_no_split_is_too_large(tmp_path):
+    """large_list offsets: a split past 2^31 tokens (~20M rows of 100 tokens) still fits."""
+    path = tmp_path / "t.arrow"
+    write_token_file(path, batches_of(make_rows(50), 20))
+    schema = pa.ipc.open_file(pa.memory_map(str(path))).schema
+    assert schema.field("input_ids").type == pa.large_list(pa.int32())
+    tf = TokenFile(path)
+    assert tf.offsets.dtype == np.int64
+
+
+def test_files_with_32_bit_list_offsets_still_read(tmp_path):
+    rows = make_rows(30)
+    offsets = np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int32)
+    ids = pa.ListArray.from_arrays(pa.array(offsets), pa.array(np.concatenate(rows)))
+    batch = pa.record_batch([ids, pa.array(np.zeros(30, np.int64)),
+                             pa.array(np.array([len(r) for r in rows], np.int32)),
+                             pa.array(np.arange(30, dtype=np.int64))],
+                            names=["input_ids", "label", "length", "row_id"])
+    path = tmp_path / "old.arrow"
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    tf = TokenFile(path)
+    np.testing.assert_array_equal(tf.gather(np.array([3, 7]), 0)["input_ids"][1, :len(rows[7])], rows[7])

@@ -1,6 +1,8 @@
 """The token-file format: one Arrow IPC file per split, a single record batch, memory-mapped.
 
-Columns: `input_ids` list<int32> (no padding), `label` int64, `length` int32, `row_id` int64.
+Columns: `input_ids` large_list<int32> (no padding; 64-bit offsets, so a split holds any number
+of tokens: a 32-bit list stops at 2^31, ~20M rows of 100 tokens), `label` int64, `length` int32,
+`row_id` int64. Files written with 32-bit list offsets read the same.
 
 Writing streams token ids to a scratch file first, so memory stays bounded by one tokenizer
 batch however many rows there are, then emits the whole split as ONE record batch whose values
@@ -18,9 +20,6 @@ from typing import Iterable, NamedTuple
 
 import numpy as np
 import pyarrow as pa
-
-INT32_MAX = 2**31 - 1
-
 
 class TokenBatch(NamedTuple):
     values: np.ndarray  # int32, the rows' token ids back to back
@@ -45,14 +44,11 @@ def write_token_file(path: str | Path, batches: Iterable[TokenBatch],
         length = np.concatenate(lengths) if lengths else np.zeros(0, np.int32)
         offsets = np.zeros(len(length) + 1, np.int64)
         np.cumsum(length, out=offsets[1:])
-        if offsets[-1] > INT32_MAX:
-            raise ValueError(f"{path}: {offsets[-1]} tokens exceed one Arrow list's 2^31 limit; "
-                             "split the input into several files")
         n_values = int(offsets[-1])
         values_buf = (pa.py_buffer(np.memmap(scratch, np.int32, "r")) if n_values
                       else pa.py_buffer(b""))
         values = pa.Array.from_buffers(pa.int32(), n_values, [None, values_buf])
-        ids = pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), values)
+        ids = pa.LargeListArray.from_arrays(pa.array(offsets), values)
         table = pa.record_batch(
             [ids, pa.array(np.concatenate(labels) if labels else np.zeros(0, np.int64)),
              pa.array(length), pa.array(np.concatenate(row_ids) if row_ids else np.zeros(0, np.int64))],
