@@ -3,6 +3,7 @@
 usage: python stages/prepare.py RAW_DIR PREPARED_DIR REPORT_JSON
 """
 
+import logging
 from pathlib import Path
 
 import pyarrow as pa
@@ -12,6 +13,8 @@ from wellfed.cli import stage
 from wellfed.config import load_params
 from wellfed.data import prepare, sources
 from wellfed.outputs import atomic_path, write_json
+
+log = logging.getLogger("wellfed.prepare")
 
 
 @stage
@@ -28,17 +31,19 @@ def main(raw_dir, prepared_dir, report_json):
             raw[split] = (frame, f"hub:{cfg.hub_dataset}/{name}")
         else:
             path = Path(raw_dir) / name
-            raw[split] = (sources.read_file(path, cfg.format, cfg.text_column, cfg.label_column),
-                          str(path))
+            frame = sources.read_file(path, cfg.format, cfg.text_column, cfg.label_column,
+                                      header=cfg.header, quoting=cfg.quoting)
+            raw[split] = (frame, str(path))
     splits, names, report = prepare.prepare_splits(raw, cfg)
     with atomic_path(prepared_dir, is_dir=True) as tmp:
         for split, frame in splits.items():
             pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp / f"{split}.parquet")
         write_json(tmp / "labels.json", {"names": names})
     write_json(report_json, report)
-    for split, rep in report["splits"].items():
-        print(f"[wellfed] prepare {split}: read {rep['rows_read']}, kept {rep['kept']}, "
-              f"dropped {rep['dropped']}, labels {rep['labels']}")
+    for line in prepare.summary(report, report_json):
+        print(f"[wellfed] {line}")
+    for warning in report["warnings"]:  # after the outputs: an error stays the only stderr line
+        log.warning("warning: %s", warning)
 
 
 if __name__ == "__main__":

@@ -15,9 +15,12 @@ GOOD = "sentence\tlabel\n" + "".join(f"good film {i}\t{i % 2}\n" for i in range(
 
 CASES = {
     "missing file": ({}, {"validation": "nope.tsv"}, "raw/nope.tsv: raw data file not found"),
-    "unknown format": ({"train.txt": GOOD}, {"train": "train.txt"}, "cannot tell the format"),
+    "unknown format": ({"train.txt": "just words\nno delimiters\n"}, {"train": "train.txt"},
+                       "cannot tell the format"),
     "parquet named .tsv": ({"train.tsv": b"PAR1\x15\x04\x15\x00\x00\x8a\xff"}, {},
-                           "not valid UTF-8 at byte"),
+                           "raw/train.tsv: the content is Parquet (starts with the Parquet magic "
+                           "bytes PAR1), not TSV as its extension '.tsv' says; rename it to "
+                           ".parquet or set prepare.format: parquet"),
     "not utf-8": ({"train.tsv": GOOD.encode() + "caf\xe9\t1\n".encode("latin-1")}, {},
                   "train.tsv: not valid UTF-8 at byte"),
     "missing text column": ({}, {"text_column": "sentense"}, "did you mean 'sentence'"),
@@ -29,10 +32,15 @@ CASES = {
     "single class": ({"train.tsv": "sentence\tlabel\n" + "a\t1\n" * 5}, {},
                      "train has a single class"),
     "too few per class to stratify": ({"train.tsv": GOOD + "odd one\t2\n"}, {"validation": ""},
-                                      "too few rows to carve a stratified validation split"),
+                                      "raw/train.tsv: cannot carve a stratified validation split: "
+                                      "class '2' (1 row: data row 21) needs at least 2 distinct "
+                                      "texts (one for each side); add examples, remove those rows, "
+                                      "or provide prepare.validation"),
     "ragged row": ({"train.tsv": GOOD + "a\tb\tc\n"}, {}, "line 22 has 3 fields but the header has 2"),
     "unclosed quote": ({"train.csv": 'sentence,label\n"never closed,1\n'}, {"train": "train.csv"},
-                       "train.csv: cannot parse as CSV at line 2 (unexpected end of data)"),
+                       "raw/train.csv: cannot parse as CSV: the quote opened on line 2 is never "
+                       "closed (the file ends inside it); close it, or set prepare.quoting: none "
+                       "if quotes in this file are plain characters"),
     "empty file": ({"train.tsv": ""}, {}, "train.tsv: the file is empty"),
     "header only": ({"train.tsv": "sentence\tlabel\n"}, {}, "has a header but no data rows"),
     "broken jsonl line": ({"train.jsonl": '{"sentence": "a", "label": 1}\n{"sentence": \n'},
@@ -84,7 +92,7 @@ def test_skip_mode_counts_instead_of_failing(tmp_path):
     assert proc.returncode == 0, proc.stderr
     report = json.loads((tmp_path / "reports" / "prepare.json").read_text())["splits"]["train"]
     assert report["rows_read"] == 23 and report["kept"] == 20
-    assert report["dropped"] == {"empty_text": 1, "missing_label": 1, "duplicate": 1}
+    assert report["dropped"] == {"empty_text": 1, "missing_label": 1, "duplicate": 1, "conflict": 0}
 
 
 def test_a_text_longer_than_max_length_is_truncated_and_counted(tokenizer):

@@ -23,7 +23,7 @@ PRECISIONS = ("auto", "bf16", "fp16", "fp32")
 
 @dataclass(frozen=True)
 class PrepareConfig:
-    """`prepare`: where the raw labelled text comes from and how it is split."""
+    """`prepare`: where the raw labelled text comes from, how it is read and how it is split."""
 
     train: str = "train.tsv"
     """Train file inside the raw folder (a dvc.yaml argument), or the split name with `hub_dataset`."""
@@ -32,23 +32,34 @@ class PrepareConfig:
     test: str = ""
     """Labelled test file or split name; "" evaluates on the validation split."""
     format: Literal["auto", "csv", "tsv", "jsonl", "parquet"] = "auto"
-    """File format; auto picks it from the file extension."""
-    text_column: str = "sentence"
-    """Column holding the input text."""
-    label_column: str = "label"
-    """Column holding the class label (any strings or integers)."""
+    """File format; auto = from the extension, else sniffed from the content (no extension)."""
+    header: bool = True
+    """CSV/TSV: line 1 names the columns; false = every line is data, columns go by position."""
+    quoting: Literal["auto", "none", "csv"] = "auto"
+    """CSV/TSV quotes: csv = RFC 4180 ("..." may hold delimiters, newlines, "" for a quote);
+    none = quotes are plain characters (many TSV exports; GLUE's own loader reads its TSVs so);
+    auto = csv unless the file only parses with quotes as plain characters."""
+    text_column: str | int = "sentence"
+    """Column holding the input text: its name, or its 0-based position (needed with header: false)."""
+    label_column: str | int = "label"
+    """Column holding the class label (any strings or integers): a name or a 0-based position.
+    Empty, NaN, null and None (any case) are missing labels, handled by `on_invalid`."""
     hub_dataset: str = ""
     """Hugging Face Hub dataset id (needs network); when set the raw folder is not read."""
     hub_config: str = ""
     """Hub dataset configuration name, e.g. sst2 for nyu-mll/glue."""
     val_fraction: float = 0.1
-    """Share of train carved out as validation when `validation` is ""."""
+    """Share of train carved out as validation when `validation` is ""; a text and its
+    duplicates always land on the same side."""
     seed: int = 42
     """Seed of the validation carve-out."""
     drop_duplicates: bool = False
     """Drop repeated (text, label) rows inside a split; they are counted in the report either way."""
     on_invalid: Literal["error", "skip"] = "error"
     """What to do with an empty text or a missing label: stop with the row named, or skip and count it."""
+    on_conflict: Literal["error", "keep", "drop"] = "keep"
+    """The same text with different labels in one split: stop with the rows named, keep the rows
+    (counted and warned about), or drop every such row."""
 
     def problems(self) -> list[str]:
         out = []
@@ -56,6 +67,18 @@ class PrepareConfig:
             out.append(f"prepare.val_fraction must be in (0, 0.5); got {self.val_fraction}")
         if not self.train:
             out.append("prepare.train must name the train file (or hub split); got ''")
+        columns = {"text_column": self.text_column, "label_column": self.label_column}
+        for key, value in columns.items():
+            if isinstance(value, bool) or not isinstance(value, (str, int)):
+                out.append(f"prepare.{key} must be a column name or a 0-based column position; "
+                           f"got {value!r}")
+            elif isinstance(value, int) and value < 0:
+                out.append(f"prepare.{key} must be a 0-based column position (>= 0); got {value}")
+            elif value == "":
+                out.append(f"prepare.{key} must name a column; got ''")
+        if str(self.text_column) == str(self.label_column):
+            out.append(f"prepare.text_column and prepare.label_column must be different columns; "
+                       f"both are {self.text_column!r}")
         return out
 
 

@@ -33,7 +33,7 @@ def test_invalid_rows_error_by_default_and_are_counted_when_skipped():
                                        PrepareConfig(on_invalid="skip"))
     rep = report["splits"]["train"]
     assert rep["rows_read"] == 42 and rep["kept"] == 40
-    assert rep["dropped"] == {"empty_text": 1, "missing_label": 1, "duplicate": 0}
+    assert rep["dropped"] == {"empty_text": 1, "missing_label": 1, "duplicate": 0, "conflict": 0}
 
 
 def test_duplicates_are_counted_and_dropped_only_on_request():
@@ -50,7 +50,8 @@ def test_duplicates_are_counted_and_dropped_only_on_request():
     ({"train": (frame([("a", "x"), ("b", "x")]), "t.tsv")}, "train has a single class"),
     ({"train": (frame(TRAIN), "t.tsv"), "validation": (frame([("c", "7")]), "dev.tsv")},
      r"dev.tsv: label '7' \(data row 1\) never occurs in train"),
-    ({"train": (frame(TRAIN[:4] + [("z", "2")]), "t.tsv")}, "too few rows to carve a stratified"),
+    ({"train": (frame(TRAIN[:4] + [("z", "2")]), "t.tsv")},
+     r"cannot carve a stratified validation split: class '2' \(1 row: data row 5\) needs at least 2"),
 ])
 def test_label_problems_are_clear(raw, message):
     with pytest.raises(ValueError, match=message):

@@ -59,3 +59,28 @@ def test_jsonl_shapes(tmp_path, objs):
     path = tmp_path / "f.jsonl"
     path.write_text("\n".join(json.dumps(o) for o in objs), encoding="utf-8")
     outcome(path, "auto")
+
+
+plain_text = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc", "Zl", "Zp"),
+                                            blacklist_characters="\x85"),
+                     min_size=1, max_size=12).filter(lambda t: t.strip())
+quoted_text = st.builds(lambda a, q, b: a + q + b, plain_text, st.sampled_from(['"', '""', '"x"']),
+                        st.text(alphabet='ab "', max_size=4))
+
+
+@SETTINGS
+@given(rows=st.lists(st.tuples(st.sampled_from(["ham", "spam"]),
+                               st.one_of(plain_text, quoted_text)), min_size=1, max_size=8))
+def test_headerless_tsv_with_plain_quotes_reads_every_row(tmp_path, rows):
+    """quoting none reads `label<TAB>text` lines exactly; auto reads every row, or says (in an
+    error or a warning) to use none."""
+    path = tmp_path / "labelled"
+    path.write_text("".join(f"{label}\t{text}\n" for label, text in rows), encoding="utf-8")
+    frame = read_file(path, "auto", 1, 0, header=False, quoting="none")
+    assert list(zip(frame["label"], frame["text"])) == rows
+    try:
+        auto = read_file(path, "auto", 1, 0, header=False)
+    except ValueError as err:
+        assert "set prepare.quoting: none" in str(err)
+    else:
+        assert len(auto) == len(rows) or "set prepare.quoting: none" in auto.attrs["warnings"][0]

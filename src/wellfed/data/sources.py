@@ -1,8 +1,14 @@
 """Raw labelled rows from local CSV/TSV/JSONL/Parquet files or a Hugging Face Hub dataset.
 
-Every reader returns a DataFrame with the columns `text`, `label` (both as read, labels as
-strings) and `row` (0-based data row in the file, header excluded), so later errors can name the
-row. Anything unreadable becomes one ValueError naming the file, the row or byte, and the fix.
+Every reader returns a DataFrame with the columns `text`, `label` (labels as stripped strings, a
+missing one as NA) and `row` (0-based data row in the file, header excluded), so later errors
+can name the row; `frame.attrs["read_as"]` says in words how the file was read, and
+`frame.attrs["warnings"]` lists what the reader could not decide for sure. Anything
+unreadable becomes one ValueError naming the file, the row or byte, and the fix.
+
+The format is `prepare.format`, else the extension, else the content (the first 64 KiB), and
+content that contradicts the extension or `prepare.format` (a JSONL file named .csv, Parquet
+named .tsv) is named as such rather than failing later with a parser's complaint.
 """
 
 from __future__ import annotations
@@ -11,32 +17,142 @@ import csv
 import difflib
 import io
 import json
+import re
+import sys
 from pathlib import Path
 
 import pandas as pd
 
 EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl",
               ".parquet": "parquet", ".pq": "parquet"}
+NAMES = {"csv": "CSV", "tsv": "TSV", "jsonl": "JSON Lines", "parquet": "Parquet",
+         "gzip": "gzip-compressed", "zip": "a zip archive", "json": "one JSON array"}
+SNIFF_BYTES = 64 * 1024  # enough for ~50 lines of a typical file, read before anything else
 
 
-def detect_format(path: Path, fmt: str) -> str:
+# ---------------------------------------------------------------- format: extension and content
+
+def sniff_format(head: bytes) -> tuple[str | None, str]:
+    """Guess a format from a file's first bytes: (format or None, the evidence in words).
+
+    Besides the four readable formats it recognises gzip, zip and a JSON array ("json"), so the
+    message can say what the file is."""
+    for magic, fmt, what in ((b"PAR1", "parquet", "starts with the Parquet magic bytes PAR1"),
+                             (b"\x1f\x8b", "gzip", "starts with the gzip magic bytes"),
+                             (b"PK\x03\x04", "zip", "starts with the zip magic bytes")):
+        if head.startswith(magic):
+            return fmt, what
+    text = head.decode("utf-8-sig", errors="replace")
+    lines = text.split("\n")
+    if len(head) == SNIFF_BYTES and len(lines) > 1:
+        lines = lines[:-1]  # the last line may be cut by the sample
+    lines = [line for line in lines if line.strip()][:50]
+    if not lines:
+        return None, "empty"
+    first = lines[0].strip()
+    if _json_object(first, cut=len(head) == SNIFF_BYTES and len(lines) == 1):
+        return "jsonl", "line 1 is a JSON object"
+    if re.match(r"\[\s*(\{|$)", first):  # an array of objects ('[NAME] says...' is a text)
+        return "json", "it starts with '[' and an object"
+    tabs = sum("\t" in line for line in lines)
+    commas = sum("," in line for line in lines)
+    if tabs * 2 >= len(lines):  # tabs first: commas are common inside free text
+        return "tsv", f"tabs on {tabs} of the first {len(lines)} lines"
+    if commas * 2 >= len(lines):
+        return "csv", f"commas on {commas} of the first {len(lines)} lines"
+    return None, f"line 1 is {_short(first)}"
+
+
+def _json_object(line: str, cut: bool) -> bool:
+    """Whether a line is a JSON object (a TSV text may start with '{' too); a line cut by the
+    sample counts when it opens like one."""
+    if cut:
+        return re.match(r'\{\s*"', line) is not None
+    try:
+        return isinstance(json.loads(line), dict)
+    except ValueError:
+        return False
+
+
+def _first_line(head: bytes) -> str:
+    text = head.decode("utf-8-sig", errors="replace")
+    return next((line for line in text.split("\n") if line.strip()), "")
+
+
+def _contradiction(claimed: str, sniffed: str | None, head: bytes) -> str | None:
+    """The format the content shows when it is clearly not `claimed`, else None."""
+    if sniffed in ("parquet", "gzip", "zip") and sniffed != claimed:
+        return sniffed
+    if claimed == "parquet":
+        return sniffed if sniffed in ("csv", "tsv", "jsonl", "json") else None
+    if claimed == "jsonl":  # a broken first object is the JSON reader's to name
+        if sniffed == "json" or not _first_line(head).lstrip().startswith(("{", "[")):
+            return sniffed if sniffed in ("csv", "tsv", "json") else None
+        return None
+    if sniffed in ("jsonl", "json"):
+        return sniffed
+    first = _first_line(head)  # csv vs tsv: only when line 1 has the other delimiter alone
+    if claimed == "csv" and "\t" in first and "," not in first:
+        return "tsv"
+    if claimed == "tsv" and "," in first and "\t" not in first:
+        return "csv"
+    return None
+
+
+def _fix_for(path: Path, fmt: str) -> str:
+    if fmt == "gzip":
+        return f"decompress it first (gunzip -k {path.name}) and name the result"
+    if fmt == "zip":
+        return f"unzip it first (unzip {path.name}) and name the file inside"
+    if fmt == "json":
+        return (f"write one object per line instead (jq -c '.[]' {path.name} > "
+                f"{path.stem}.jsonl) and name that file")
+    return f"rename it to .{fmt} or set prepare.format: {fmt}"
+
+
+def detect_format(path: Path, fmt: str, head: bytes) -> tuple[str, str]:
+    """(format, how it was decided) from prepare.format, the extension or the content."""
+    sniffed, evidence = sniff_format(head)
     if fmt != "auto":
-        return fmt
-    found = EXTENSIONS.get(path.suffix.lower())
-    if found is None:
-        raise ValueError(f"{path}: cannot tell the format from the extension '{path.suffix}'; "
-                         f"set prepare.format to one of csv, tsv, jsonl, parquet")
-    return found
+        claimed, source = fmt, "prepare.format"
+    else:
+        claimed = EXTENSIONS.get(path.suffix.lower())
+        source = f"its extension '{path.suffix}'"
+    if claimed is None:
+        if sniffed in ("csv", "tsv", "jsonl", "parquet"):
+            return sniffed, f"{NAMES[sniffed]} from its content ({evidence})"
+        if sniffed is not None:
+            raise ValueError(f"{path}: the file is {NAMES[sniffed]} ({evidence}); "
+                             f"{_fix_for(path, sniffed)}")
+        if evidence == "empty":
+            raise ValueError(f"{path}: the file is empty; it needs labelled rows")
+        what = f"the extension '{path.suffix}' names none" if path.suffix else "it has no extension"
+        raise ValueError(f"{path}: cannot tell the format: {what}, and the content is neither "
+                         f"Parquet, JSON Lines nor tab- or comma-separated ({evidence}); "
+                         "set prepare.format to one of csv, tsv, jsonl, parquet")
+    other = _contradiction(claimed, sniffed, head)
+    if other is not None:
+        if other not in ("csv", "tsv") or sniffed == other:
+            shown = evidence
+        else:
+            shown = f"line 1 has {'tabs' if other == 'tsv' else 'commas'} and no " \
+                    f"{'commas' if other == 'tsv' else 'tabs'}"
+        raise ValueError(f"{path}: the content is {NAMES[other]} ({shown}), not "
+                         f"{NAMES[claimed]} as {source} says; {_fix_for(path, other)}")
+    how = f"prepare.format: {fmt}" if fmt != "auto" else f"from the extension {path.suffix}"
+    return claimed, f"{NAMES[claimed]} ({how})"
 
 
-def _missing_column(path: Path, column: str, key: str, columns: list[str]) -> ValueError:
-    close = difflib.get_close_matches(column, [str(c) for c in columns], n=2, cutoff=0.4)
-    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-    return ValueError(f"{path}: no column '{column}' (prepare.{key}); the file has "
-                      f"{', '.join(map(repr, columns))}{hint} Set prepare.{key} to one of them")
+# ---------------------------------------------------------------- text files
+
+def _short(value: str, limit: int = 40) -> str:
+    return repr(value if len(value) <= limit else value[:limit] + "...")
 
 
 def _decode_error(path: Path, data: bytes, err: UnicodeDecodeError) -> ValueError:
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return ValueError(f"{path}: the file is UTF-16 (it starts with a UTF-16 byte-order mark), "
+                          "not UTF-8; re-save it as UTF-8 (e.g. iconv -f utf-16 -t utf-8)")
     line = data.count(b"\n", 0, err.start) + 1
     return ValueError(f"{path}: not valid UTF-8 at byte {err.start} (line {line}); "
                       f"re-save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)")
@@ -50,42 +166,187 @@ def _read_text(path: Path) -> str:
         raise _decode_error(path, data, err) from None
 
 
-def _read_delimited(path: Path, sep: str) -> pd.DataFrame:
-    """RFC 4180 quoting (quoted fields may hold the delimiter, quotes and newlines); every row
-    must have as many fields as the header: a ragged row is an error naming its line."""
+class _Unparsable(Exception):
+    """One way of reading a delimited file failed: str() is the message for the user, `line`
+    the line it names, `kind` one of unclosed (a quote never closed), quote (a quote closed
+    mid-field), ragged (a row of the wrong width) or other."""
+
+    def __init__(self, message: str, line: int, kind: str):
+        super().__init__(message)
+        self.line, self.kind = line, kind
+
+
+_BREAK = re.compile(r"\r\n|\r|\n")  # line breaks as csv counts them (universal newlines)
+
+
+def _line_of(text: str, pos: int) -> int:
+    return len(_BREAK.findall(text, 0, pos)) + 1
+
+
+def _quote_trouble(text: str, sep: str, line: int) -> tuple[str, int, int] | None:
+    """Re-read the record that starts on `line` the way RFC 4180 does and find the quote that
+    breaks it: ("eof", opened_at, -1) for a quote never closed, ("closed", opened_at, after)
+    for one closed and followed by text. Positions are offsets into `text`."""
+    pos = 0
+    for _ in range(line - 1):
+        found = _BREAK.search(text, pos)
+        if found is None:
+            return None
+        pos = found.end()
+    field_end = re.compile(f"[{re.escape(sep)}\r\n]")
+    while True:
+        if text.startswith('"', pos):
+            opened, end = pos, pos + 1
+            while True:
+                close = text.find('"', end)
+                if close < 0:
+                    return "eof", opened, -1
+                if not text.startswith('"', close + 1):
+                    break
+                end = close + 2  # "" is a quote inside the field
+            after = close + 1
+            if after >= len(text) or text[after] in "\r\n":
+                return None
+            if text[after] != sep:
+                return "closed", opened, after
+            pos = after + 1
+            continue
+        found = field_end.search(text, pos)  # a quote inside an unquoted field is literal
+        if found is None or found.group() != sep:
+            return None
+        pos = found.end()
+
+
+def _quote_problem(path: Path, text: str, sep: str, kind: str, line: int,
+                   err: csv.Error) -> _Unparsable:
+    trouble = _quote_trouble(text, sep, line)
+    if trouble is None:
+        return _Unparsable(f"{path}: cannot parse as {kind} at line {line} ({err})", line, "other")
+    what, opened, after = trouble
+    at = _line_of(text, opened)
+    if what == "eof":
+        return _Unparsable(f"{path}: cannot parse as {kind}: the quote opened on line {at} is "
+                           "never closed (the file ends inside it); close it", at, "unclosed")
+    closes = _line_of(text, after)
+    where = "on the same line" if closes == at else f"on line {closes}"
+    follows = _short(text[after:after + 20].split("\n")[0], 20)
+    delimiter = "a tab" if sep == "\t" else "a comma"
+    return _Unparsable(f"{path}: cannot parse as {kind}: the quote that opens a field on line {at} "
+                       f"closes {where} and is followed by {follows} instead of {delimiter} or "
+                       "the line end; inside a quoted field write a quote as two (\"\")", at,
+                       "quote")
+
+
+def _parse_delimited(path: Path, text: str, sep: str, quoted: bool,
+                     header: bool) -> tuple[list[list[str]], list[int]]:
+    """All non-blank rows, each as long as the first, and the lines on which the records that
+    span several lines start; _Unparsable names the line otherwise."""
+    kind = "TSV" if sep == "\t" else "CSV"
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep, strict=quoted,
+                        quoting=csv.QUOTE_MINIMAL if quoted else csv.QUOTE_NONE)
+    rows: list[list[str]] = []
+    spanning: list[int] = []
+    start = 1  # the line the current record starts on (records may span lines when quoted)
+    try:
+        for row in reader:
+            if row:  # blank lines are skipped
+                if rows and len(row) != len(rows[0]):
+                    first = "the header" if header else "line 1"
+                    fix = ("quote fields that contain the delimiter, or fix that row" if quoted
+                           else "with prepare.quoting: none a delimiter inside a text cannot be "
+                           "quoted; remove it from that row, or quote it and set quoting: csv")
+                    raise _Unparsable(f"{path}: line {start} has {len(row)} fields but {first} "
+                                      f"has {len(rows[0])}; {fix}", start, "ragged")
+                rows.append(row)
+                if reader.line_num > start:
+                    spanning.append(start)
+            start = reader.line_num + 1
+    except csv.Error as err:
+        raise _quote_problem(path, text, sep, kind, start, err) from None
+    return rows, spanning
+
+
+_NONE_HINT = ", or set prepare.quoting: none if quotes in this file are plain characters"
+
+
+def _read_delimited(path: Path, sep: str, header: bool,
+                    quoting: str) -> tuple[pd.DataFrame, str, list[str]]:
+    """Rows of a CSV/TSV file, how its quotes were read, and warnings.
+
+    quoting csv is RFC 4180 (a field in "..." may hold the delimiter, newlines and "" for a
+    quote); none reads quotes as plain characters; auto is csv unless the file only parses with
+    quotes as plain characters (a quote closed mid-field, as in `"Hi" she said`)."""
     text = _read_text(path)
     if not text.strip():
-        raise ValueError(f"{path}: the file is empty; it needs a header row and data rows")
-    kind = "TSV" if sep == "\t" else "CSV"
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep, quoting=csv.QUOTE_MINIMAL,
-                        strict=True)
+        needs = "a header row and data rows" if header else "data rows"
+        raise ValueError(f"{path}: the file is empty; it needs {needs}")
+    csv.field_size_limit(sys.maxsize)  # the default 131,072 chars rejects long texts
+    used, warnings = "quotes as in RFC 4180 (quoting: csv)", []
+    if quoting == "none":
+        used = "quotes as plain characters (quoting: none)"
+    elif quoting == "auto":
+        used = ("no quotes in the file" if '"' not in text
+                else "quotes as in RFC 4180 (quoting: auto)")
     try:
-        header = next(reader)
-        rows = []
-        for row in reader:
-            if len(row) != len(header):
-                if not row:  # a blank line
-                    continue
-                raise ValueError(f"{path}: line {reader.line_num} has {len(row)} fields but the "
-                                 f"header has {len(header)}; quote fields that contain the "
-                                 f"delimiter, or fix that row")
-            rows.append(row)
-    except csv.Error as err:
-        raise ValueError(f"{path}: cannot parse as {kind} at line {reader.line_num} ({err}); "
-                         "check that row for an unclosed quote") from None
-    return pd.DataFrame(rows, columns=header, dtype=object)
+        rows, spanning = _parse_delimited(path, text, sep, quoting != "none", header)
+    except _Unparsable as err:
+        # auto tries plain quotes when RFC 4180 fails on a quote closed mid-field or a ragged
+        # row; a quote never closed is reported as that (the file may be cut short).
+        if quoting != "auto" or '"' not in text or err.kind in ("unclosed", "other"):
+            hint = _NONE_HINT if quoting != "none" and err.kind in ("unclosed", "quote") else ""
+            raise ValueError(f"{err}{hint}") from None
+        try:
+            rows, _ = _parse_delimited(path, text, sep, False, header)
+        except _Unparsable as plain:
+            raise ValueError(f"{err}; read with quotes as plain characters (quoting: none) it "
+                             f"fails too: {str(plain).removeprefix(f'{path}: ')}") from None
+        used = ("quotes as plain characters (quoting: auto; RFC 4180 quoting fails on line "
+                f"{err.line})")
+    else:
+        if quoting == "auto" and spanning:
+            # Quoted fields span lines: real multi-line texts, or a plain quote that swallowed
+            # whole rows. Both read cleanly when every line is also a complete row on its own;
+            # RFC 4180 stays, and the user is told how to read it the other way.
+            try:
+                plain = len(_parse_delimited(path, text, sep, False, header)[0])
+            except _Unparsable:
+                plain = 0
+            if plain > len(rows):
+                warnings.append(
+                    f"{path}: {_plural(len(spanning), 'quoted field')} span several lines (the "
+                    f"first starts on line {spanning[0]}), giving {len(rows)} rows; read with "
+                    f"quotes as plain characters every line is a row of its own ({plain} rows). "
+                    "If quotes in this file are plain characters, set prepare.quoting: none")
+    if header:
+        frame = pd.DataFrame(rows[1:], columns=rows[0], dtype=object)
+    else:
+        frame = pd.DataFrame(rows, dtype=object)
+    return frame, ("with a header line" if header else "no header line") + f", {used}", warnings
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word if n == 1 else word + 's'}"
+
+
+def _json_problem(err: json.JSONDecodeError, line: str) -> str:
+    msg = err.msg[0].lower() + err.msg[1:]
+    where = f"{msg} column {err.colno}" if msg.endswith(" at") else f"{msg} at column {err.colno}"
+    near = line[err.pos:err.pos + 20]
+    return f"{where}: {_short(near, 20)}" if near.strip() else f"{where} (the end of the line)"
 
 
 def _read_jsonl(path: Path) -> pd.DataFrame:
     rows = []
-    for number, line in enumerate(_read_text(path).splitlines(), start=1):
+    # Split on \n only: str.splitlines() also splits on U+2028 and friends, which JSON strings
+    # may hold raw.
+    for number, line in enumerate(_read_text(path).split("\n"), start=1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
         except json.JSONDecodeError as err:
-            raise ValueError(f"{path}: line {number} is not valid JSON ({err.msg}); "
-                             "fix or remove that line") from None
+            raise ValueError(f"{path}: line {number} is not valid JSON "
+                             f"({_json_problem(err, line)}); fix or remove that line") from None
         if not isinstance(row, dict):
             raise ValueError(f"{path}: line {number} is a JSON {type(row).__name__}, not an object; "
                              "each line must be one {\"text\": ..., \"label\": ...} object")
@@ -95,7 +356,7 @@ def _read_jsonl(path: Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _read_parquet(path: Path, text_column: str) -> pd.DataFrame:
+def _read_parquet(path: Path, text_column: str | int) -> pd.DataFrame:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -103,7 +364,10 @@ def _read_parquet(path: Path, text_column: str) -> pd.DataFrame:
         table = pq.read_table(path)
     except (pa.ArrowInvalid, OSError) as err:
         raise ValueError(f"{path}: not a readable Parquet file ({err}); check the format") from None
-    if text_column in table.column_names:
+    names = table.column_names
+    if text_column not in names and str(text_column).isascii() and str(text_column).isdigit():
+        text_column = names[int(text_column)] if int(text_column) < len(names) else None
+    if text_column in names:
         kind = table.schema.field(text_column).type
         if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
             raise ValueError(f"{path}: column '{text_column}' has type {kind}, not string; "
@@ -111,40 +375,119 @@ def _read_parquet(path: Path, text_column: str) -> pd.DataFrame:
     return table.to_pandas()
 
 
-def read_file(path: str | Path, fmt: str, text_column: str, label_column: str) -> pd.DataFrame:
-    """Read one raw split file into a (row, text, label) frame; labels are kept as strings."""
+def _not_a_file(path: Path) -> Exception:
+    if path.is_dir():
+        try:
+            inside = sorted(p.name for p in path.iterdir() if not p.name.startswith("."))
+        except OSError:
+            inside = []
+        held = (f"it holds {', '.join(inside[:5])}{', ...' if len(inside) > 5 else ''}" if inside
+                else "it is empty")
+        return ValueError(f"{path}: is a directory, not a data file ({held}); set prepare.train/"
+                          "validation/test to a file inside it")
+    hint = ""
+    if path.parent.is_dir():
+        close = difflib.get_close_matches(path.name, [p.name for p in path.parent.iterdir()], n=2,
+                                          cutoff=0.8)
+        hint = f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
+    return FileNotFoundError(f"{path}: raw data file not found{hint}; check prepare.train/"
+                             "validation/test and the raw folder in dvc.yaml")
+
+
+def read_file(path: str | Path, fmt: str, text_column: str | int, label_column: str | int, *,
+              header: bool = True, quoting: str = "auto") -> pd.DataFrame:
+    """Read one raw split file into a (row, text, label) frame; labels are kept as strings.
+
+    `header` and `quoting` apply to CSV/TSV; columns are names, or 0-based positions (ints or
+    digit strings), which a file without a header needs."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: raw data file not found; check prepare.train/"
-                                "validation/test and the raw folder in dvc.yaml")
-    fmt = detect_format(path, fmt)
-    if fmt == "csv":
-        frame = _read_delimited(path, ",")
-    elif fmt == "tsv":
-        frame = _read_delimited(path, "\t")
+        raise _not_a_file(path)
+    with open(path, "rb") as f:
+        head = f.read(SNIFF_BYTES)
+    fmt, how = detect_format(path, fmt, head)
+    named, warnings = True, []
+    if fmt in ("csv", "tsv"):
+        frame, used, warnings = _read_delimited(path, "," if fmt == "csv" else "\t", header,
+                                                quoting)
+        how, named = f"{how}, {used}", header
     elif fmt == "jsonl":
         frame = _read_jsonl(path)
     else:
         frame = _read_parquet(path, text_column)
-    return select_columns(frame, str(path), text_column, label_column)
+    out = select_columns(frame, str(path), text_column, label_column, named=named)
+    out.attrs["read_as"] = how
+    out.attrs["warnings"] = warnings
+    return out
 
 
-def select_columns(frame: pd.DataFrame, where: str, text_column: str,
-                   label_column: str) -> pd.DataFrame:
-    columns = [str(c) for c in frame.columns]
-    for column, key in ((text_column, "text_column"), (label_column, "label_column")):
-        if column not in columns:
-            raise _missing_column(Path(where), column, key, columns)
-    labels = frame[label_column]
-    # Missing labels stay None so that `prepare` can count or reject them by row.
-    labels = labels.map(lambda v: None if v is None or (isinstance(v, float) and v != v)
-                        else str(v).strip() or None)
-    texts = frame[text_column].map(lambda v: v if isinstance(v, str) else None)
+# ---------------------------------------------------------------- columns and labels
+
+def _column(frame: pd.DataFrame, where: str, column: str | int, key: str, named: bool) -> int:
+    """The position of the frame's column that `column` (a name, or a 0-based position) picks."""
+    columns = list(frame.columns)
+    shown = [str(c) for c in columns]
+    if isinstance(column, str) and named and column in shown:
+        if shown.count(column) > 1:
+            at = [i for i, c in enumerate(shown) if c == column]
+            raise ValueError(f"{where}: the header names {column!r} {len(at)} times (positions "
+                             f"{', '.join(map(str, at))}); rename one, or set prepare.{key} to "
+                             "the 0-based position of the one you mean")
+        return shown.index(column)
+    digits = isinstance(column, str) and column.isascii() and column.isdigit()
+    position = column if isinstance(column, int) else int(column) if digits else None
+    if position is not None:
+        if position < len(columns):
+            return position
+        raise ValueError(f"{where}: prepare.{key} is position {position}, but the rows have "
+                         f"{len(columns)} fields (positions 0 to {len(columns) - 1}); set it "
+                         "to one of those")
+    if not named:
+        fields = ", ".join(f"{i} {_short(str(v), 20)}" for i, v in
+                           enumerate(frame.iloc[0].tolist() if len(frame) else []))
+        raise ValueError(f"{where}: prepare.{key} is {column!r}, but with prepare.header: false "
+                         f"the columns have no names; set it to a 0-based position (line 1: "
+                         f"{fields})")
+    close = difflib.get_close_matches(column, shown, n=2, cutoff=0.4)
+    listed = ", ".join(_short(c) for c in shown[:20]) + (", ..." if len(shown) > 20 else "")
+    if close:
+        fix = (f" (did you mean {' or '.join(repr(c) for c in close)}?); set prepare.{key} to "
+               "one of them")
+    else:
+        fix = (f"; set prepare.{key} to one of them or, if line 1 is data rather than column "
+               "names, set prepare.header: false and give the columns as 0-based positions")
+    raise ValueError(f"{where}: no column '{column}' (prepare.{key}); the file has {listed}{fix}")
+
+
+def label_text(value) -> str | None:
+    """A label as a stripped string; None for a missing one. A float label that is a whole
+    number (1.0: an integer column with a gap, as pandas and Parquet store it) is written 1."""
+    if value is None or value is pd.NA:
+        return None
+    if isinstance(value, float):
+        if value != value:
+            return None
+        if value.is_integer():
+            value = int(value)
+    return str(value).strip() or None
+
+
+def select_columns(frame: pd.DataFrame, where: str, text_column: str | int,
+                   label_column: str | int, named: bool = True) -> pd.DataFrame:
+    text_at = _column(frame, where, text_column, "text_column", named)
+    label_at = _column(frame, where, label_column, "label_column", named)
+    if text_at == label_at:
+        raise ValueError(f"{where}: prepare.text_column ({text_column!r}) and prepare.label_column "
+                         f"({label_column!r}) pick the same column; point them at different ones")
+    # Missing labels stay None (or their spelling, e.g. 'NaN') so that `prepare` can count or
+    # reject them by row.
+    labels = frame.iloc[:, label_at].map(label_text)
+    texts = frame.iloc[:, text_at].map(lambda v: v if isinstance(v, str) else None)
     return pd.DataFrame({"row": range(len(frame)), "text": texts.values, "label": labels.values})
 
 
-def read_hub(dataset: str, config: str, split: str, text_column: str,
-             label_column: str) -> pd.DataFrame:
+def read_hub(dataset: str, config: str, split: str, text_column: str | int,
+             label_column: str | int) -> pd.DataFrame:
     """Read a split of a Hub dataset (needs network); label ids become their class names."""
     import datasets
 
@@ -155,10 +498,13 @@ def read_hub(dataset: str, config: str, split: str, text_column: str,
                          f"be loaded: {type(err).__name__}: {err}. Check prepare.hub_dataset/"
                          "hub_config, the split name, and that HF_HUB_OFFLINE is not set") from None
     frame = ds.to_pandas()
-    feature = ds.features.get(label_column)
-    names = getattr(feature, "names", None)
-    if names and label_column in frame:
+    where = f"hub:{dataset}/{split}"
+    label_key = frame.columns[_column(frame, where, label_column, "label_column", True)]
+    names = getattr(ds.features.get(label_key), "names", None)
+    if names:
         # GLUE test splits carry label -1 (hidden): that is a missing label, not a class.
-        frame[label_column] = frame[label_column].map(
+        frame[label_key] = frame[label_key].map(
             lambda i: names[i] if 0 <= int(i) < len(names) else None)
-    return select_columns(frame, f"hub:{dataset}/{split}", text_column, label_column)
+    out = select_columns(frame, where, text_column, label_column)
+    out.attrs["read_as"] = "Hugging Face Hub dataset"
+    return out
