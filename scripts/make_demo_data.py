@@ -40,14 +40,27 @@ def row(rng: random.Random) -> tuple[str, str]:
     return text, label
 
 
+def unique_rows(rng: random.Random, n: int, seen: set[str]) -> list[tuple[str, str]]:
+    """`n` rows whose texts appear nowhere else in the dataset: no duplicates, no text with two
+    labels, no leak between splits (prepare would report each; ~8,000 distinct texts exist)."""
+    rows = []
+    while len(rows) < n:
+        text, label = row(rng)
+        if text not in seen:
+            seen.add(text)
+            rows.append((text, label))
+    return rows
+
+
 def main(out: Path) -> None:
     rng = random.Random(20261122)
     out.mkdir(parents=True, exist_ok=True)
+    seen: set[str] = set()
     for name, n in (("train.tsv", 3000), ("dev.tsv", 300), ("test.tsv", 300)):
         with open(out / name, "w", newline="", encoding="utf-8") as f:
             writer = csv.writer(f, delimiter="\t", lineterminator="\n")
             writer.writerow(["sentence", "label"])
-            writer.writerows(row(rng) for _ in range(n))
+            writer.writerows(unique_rows(rng, n, seen))
 
 
 if __name__ == "__main__":
