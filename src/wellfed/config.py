@@ -29,7 +29,7 @@ class PrepareConfig:
     """Train file inside the raw folder (a dvc.yaml argument), or the split name with `hub_dataset`."""
     validation: str = "dev.tsv"
     """Validation file or split name; "" carves `val_fraction` of train, stratified and seeded."""
-    test: str = ""
+    test: str = "test.tsv"
     """Labelled test file or split name; "" evaluates on the validation split."""
     format: Literal["auto", "csv", "tsv", "jsonl", "parquet"] = "auto"
     """File format; auto = from the extension, else sniffed from the content (no extension)."""
@@ -116,7 +116,7 @@ class ModelConfig:
 class TrainConfig:
     """`train`: the optimisation recipe, independent of how many workers run it."""
 
-    epochs: int = 1
+    epochs: int = 2
     """Passes over the train split."""
     max_steps: int = 0
     """Stop after this many optimizer steps (0 = run all epochs)."""
@@ -138,11 +138,11 @@ class TrainConfig:
     """auto = bf16 on GPUs that have it, fp16 + GradScaler on older GPUs, fp32 on CPU."""
     pad_multiple: int = 0
     """Pad sequence length to a multiple of this; 0 = per device (8 on CUDA for tensor cores, 1 on CPU)."""
-    eval_every: int = 0
+    eval_every: int = 50
     """Evaluate on the validation split every N optimizer steps (0 = only at the end)."""
     report_every: int = 10
     """Send metrics to the driver every N optimizer steps (each report can wait ~2 s on Ray's poll)."""
-    checkpoint_every: int = 0
+    checkpoint_every: int = 100
     """Save a resumable checkpoint every N optimizer steps (0 = only at the end)."""
     seed: int = 42
     """Seed of model head init, shuffling and dropout."""
@@ -217,13 +217,13 @@ class RayConfig:
 
     address: str = ""
     """Ray cluster to join ("" = $RAY_ADDRESS if set, else a local Ray started for this run)."""
-    num_workers: int = 2
+    num_workers: int = 1
     """Training workers (DDP ranks)."""
-    cpus_per_worker: int = 1
+    cpus_per_worker: int = 2
     """CPU cores reserved per worker; also its torch thread count."""
     use_gpu: Literal["auto", "true", "false"] = "auto"
     """auto = one GPU per worker when the cluster has GPUs."""
-    max_failures: int = 0
+    max_failures: int = 2
     """Worker-group restarts Ray may do from the last checkpoint before giving up."""
     storage_path: str = ""
     """Checkpoints (and, for multi-node runs, the token files) go here: "" = the train stage's

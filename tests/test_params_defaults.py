@@ -1,0 +1,43 @@
+"""One source of defaults: params.yaml lists every key the config knows, each with a comment,
+and its values are the dataclass defaults (so a key left out of a user's params.yaml means what
+the project's params.yaml says)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import yaml
+
+from wellfed.config import SECTIONS, load_params
+
+PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
+
+
+def test_params_yaml_lists_every_key_with_the_dataclass_default():
+    loaded = dict(zip(SECTIONS, load_params(PARAMS, *SECTIONS)))
+    raw = yaml.safe_load(PARAMS.read_text())
+    problems, checked = [], 0
+    for name, cls in SECTIONS.items():
+        for field in dataclasses.fields(cls):
+            checked += 1
+            if field.name not in raw.get(name, {}):
+                problems.append(f"{name}.{field.name} is missing from params.yaml")
+            elif getattr(loaded[name], field.name) != field.default:
+                problems.append(f"{name}.{field.name}: params.yaml says "
+                                f"{getattr(loaded[name], field.name)!r}, config.py {field.default!r}")
+    assert checked >= 40
+    assert not problems, "; ".join(problems)
+
+
+def test_every_params_yaml_key_has_a_comment():
+    uncommented = []
+    section = None
+    for line in PARAMS.read_text().splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        if not line.startswith(" "):
+            section = line.split(":")[0]
+        elif "#" not in line:
+            uncommented.append(f"{section}.{line.split(':')[0].strip()}")
+    assert not uncommented, f"params.yaml keys without a comment: {uncommented}"
