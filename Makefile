@@ -6,6 +6,12 @@ BIN   := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
+# No usage telemetry from dvc, mlflow ui or any stage (the list: src/wellfed/privacy.py);
+# a variable already in your environment wins, e.g. `MLFLOW_DISABLE_TELEMETRY=false make ui`.
+export DO_NOT_TRACK ?= 1
+export MLFLOW_DISABLE_TELEMETRY ?= true
+export RAY_USAGE_STATS_ENABLED ?= 0
+export HF_HUB_DISABLE_TELEMETRY ?= 1
 
 .PHONY: install run test test-fast ui bench clean
 install: $(VENV)/.installed

@@ -7,12 +7,15 @@ import logging
 import os
 import sys
 
+from wellfed import privacy
+
 
 def stage(main):
     """Wrap a stage's main(*argv): usage check, logging, one-line errors for bad input."""
 
     @functools.wraps(main)
     def run() -> None:
+        privacy.apply()  # before mlflow and ray are imported (the stages import them lazily)
         logging.basicConfig(level=logging.INFO, format="[wellfed] %(message)s")
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         args = sys.argv[1:]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 
-from wellfed import tracking
+from wellfed import privacy, tracking
 from wellfed.data import staging
 from wellfed.config import DataConfig, ModelConfig, RayConfig, TrainConfig
 from wellfed.train import checkpoint
@@ -125,7 +125,8 @@ def connect(ray_cfg: RayConfig) -> None:
     address = cluster_address(ray_cfg)
     env = {"env_vars": {k: os.environ[k] for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
                                                   "WELLFED_CACHE")
-                        if k in os.environ} | {"TOKENIZERS_PARALLELISM": "false"},
+                        if k in os.environ} | {"TOKENIZERS_PARALLELISM": "false"}
+                       | privacy.worker_env(),  # telemetry off on every node, `ray start` ones too
            "worker_process_setup_hook": "wellfed.train.driver.quiet_ray_logs"}
     if address:
         # Workers on other nodes get this package through the runtime environment; its
