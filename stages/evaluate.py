@@ -39,11 +39,11 @@ def main(tokens_dir, model_dir, run_json, eval_dir):
         evaluation.plot_confusion(matrix, names, tmp)
     write_json(out / "metrics.json", metrics)
     run = json.loads(Path(run_json).read_text())
-    flat = {"eval/accuracy": metrics["accuracy"], "eval/macro_f1": metrics["macro_f1"]}
-    for name, scores in metrics["per_class"].items():
-        flat.update({f"eval/{name}/{k}": v for k, v in scores.items() if k != "support"})
-    tracking.log_metrics(run["tracking_uri"], run["mlflow_run_id"], flat)
+    tracking.log_metrics(run["tracking_uri"], run["mlflow_run_id"], evaluation.tracked(metrics))
     tracking.log_artifacts(run["tracking_uri"], run["mlflow_run_id"], out, "eval")
+    mapping = {key: scores["label"] for key, scores in metrics["per_class"].items()}
+    tracking.log_text(run["tracking_uri"], run["mlflow_run_id"],
+                      json.dumps(mapping, indent=2, ensure_ascii=False), "eval/label_keys.json")
     print(f"[wellfed] evaluate on {split} ({metrics['rows']} rows): accuracy "
           f"{metrics['accuracy']:.4f}, macro-F1 {metrics['macro_f1']:.4f}")
 

@@ -33,5 +33,6 @@ def test_score_reports_per_class_and_macro_f1():
     probs = np.eye(3)[[0, 1, 1, 1, 2]]
     out = score(gold, probs, ["a", "b", "c"])
     assert out["accuracy"] == 0.8 and out["rows"] == 5
-    assert out["per_class"]["a"] == {"precision": 1.0, "recall": 0.5, "f1": 2 / 3, "support": 2}
+    assert out["per_class"]["a"] == {"label": "a", "precision": 1.0, "recall": 0.5, "f1": 2 / 3,
+                                     "support": 2}
     assert abs(out["macro_f1"] - np.mean([2 / 3, 0.8, 1.0])) < 1e-9

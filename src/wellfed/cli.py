@@ -1,4 +1,9 @@
-"""Stage entry points: user mistakes become one clear line on stderr and exit code 1."""
+"""Stage entry points: every failure becomes one clear line on stderr and exit code 1.
+
+A failure a person can act on (bad params or data, a missing file, a full disk, MLflow refusing
+or unreachable, workers stopping) is printed as it is. Anything else is a bug in wellfed: one
+line that says so, with the traceback kept in a file for the report instead of on the console.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +11,75 @@ import functools
 import logging
 import os
 import sys
+import tempfile
+import traceback
+
+
+class StageError(Exception):
+    """A failure whose message is complete for a person (what failed, and what to do about it);
+    the stage prints it as one `error:` line. Raise it (or a subclass) for failures that are not
+    a bad value (ValueError) or a missing file (FileNotFoundError)."""
+
+
+USER_ERRORS = (StageError, ValueError, FileNotFoundError, PermissionError)
+MAX_CHARS = 1000  # an MLflow server can answer with a whole HTML page
+
+
+def one_line(text: str) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= MAX_CHARS else text[:MAX_CHARS - 1] + "…"
+
+
+def mlflow_error(err: BaseException) -> str | None:
+    """For MLflow's errors: 'MLflow failed in tracking.send_metrics (called from evaluate.py line
+    36): <MLflow's message>'; None for any other error."""
+    exceptions = sys.modules.get("mlflow.exceptions")  # MLflow not imported: not MLflow's error
+    if exceptions is None or not isinstance(err, exceptions.MlflowException):
+        return None
+    call, origin = "", ""
+    for frame, line in traceback.walk_tb(err.__traceback__):
+        module = frame.f_globals.get("__name__", "")
+        if module.split(".")[0] == "mlflow":
+            break  # the frames before this are ours: the last of them made the call
+        file = os.path.basename(frame.f_code.co_filename)
+        if module == "__main__":
+            module, origin = os.path.splitext(file)[0], f"{file} line {line}"
+        call = f"{module.removeprefix('wellfed.')}.{frame.f_code.co_name}"
+    where = f" in {call} (called from {origin})" if origin else ""
+    return f"MLflow failed{where}: {err}"
+
+
+def message(err: Exception) -> str | None:
+    """The one line to print for `err`, or None when it is a bug."""
+    if (text := mlflow_error(err)) is not None:
+        return text
+    if isinstance(err, USER_ERRORS):
+        return str(err)
+    if isinstance(err, OSError):
+        where = f"{err.filename}: " if getattr(err, "filename", None) else ""
+        return f"{where}{err.strerror or err}; check free disk space and permissions"
+    return None
+
+
+def bug_report(err: Exception, stage_name: str) -> str:
+    """Save the traceback of an unexpected error; return the one line that points at it."""
+    path = os.path.join(tempfile.gettempdir(), f"wellfed-{stage_name}-{os.getpid()}.traceback")
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("".join(traceback.format_exception(err)))
+        kept = f"the traceback is in {path}"
+    except OSError:
+        kept = "run it again with WELLFED_TRACEBACK=1 for the traceback"
+    last = traceback.extract_tb(err.__traceback__)[-1:]
+    at = f" at {os.path.basename(last[0].filename)}:{last[0].lineno}" if last else ""
+    return (f"unexpected {type(err).__name__}{at}: {err}; this is a bug in wellfed, please "
+            f"report it ({kept})")
 
 from wellfed import privacy
 
 
 def stage(main):
-    """Wrap a stage's main(*argv): usage check, logging, one-line errors for bad input."""
+    """Wrap a stage's main(*argv): usage check, logging, every failure as one line."""
 
     @functools.wraps(main)
     def run() -> None:
@@ -25,18 +93,13 @@ def stage(main):
             sys.exit(f"usage: {os.path.basename(sys.argv[0])} {names}")
         try:
             main(*args)
-        except (ValueError, FileNotFoundError, PermissionError) as err:
-            print(f"error: {err}", file=sys.stderr)
-            sys.exit(1)
-        except RuntimeError as err:
-            if type(err).__name__ != "TrainingFailed":  # anything else is a bug: keep the traceback
-                raise
-            print(f"error: {err}", file=sys.stderr)
-            sys.exit(1)
-        except OSError as err:
-            where = f"{err.filename}: " if getattr(err, "filename", None) else ""
-            print(f"error: {where}{err.strerror or err}; check free disk space and permissions",
-                  file=sys.stderr)
+        except Exception as err:
+            text = message(err)
+            if text is None:
+                if os.environ.get("WELLFED_TRACEBACK"):
+                    raise
+                text = bug_report(err, os.path.splitext(os.path.basename(sys.argv[0]))[0])
+            print(f"error: {one_line(text)}", file=sys.stderr)
             sys.exit(1)
 
     return run

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import re
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -273,22 +274,39 @@ def _type_problem(key: str, value: Any, hint: Any) -> str | None:
         return None
     if hint is bool:
         return None if isinstance(value, bool) else f"{key} must be true or false; got {value!r}"
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            return f"{key} must be an integer; got {value!r}"
-        return None
-    if hint is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return f"{key} must be a number; got {value!r}"
-        return None
+    if hint is int and number(value, integer=True) is None:
+        return f"{key} must be an integer; got {value!r}"
+    if hint is float and number(value) is None:
+        return f"{key} must be a number; got {value!r}"
     if hint is str and not isinstance(value, str):
         return f"{key} must be a string; got {value!r}"
     return None
 
 
+# A decimal number as people and tools write it: `3e-05` (how DVC's `-S train.lr=3e-5` lands in
+# params.yaml), `1E-4`, `.5`, `2.`, `+1e3`. PyYAML implements YAML 1.1, whose floats need a dot and
+# a signed exponent, so it loads `3e-05` and `1E-4` as strings; here they are numbers again.
+NUMBER = re.compile(r"\s*[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\s*")
+
+
+def number(value: Any, integer: bool = False) -> int | float | None:
+    """`value` as a number, or None when it is not one (a bool, a word, nan or inf).
+
+    With `integer`, integral values count (`1e3`, `2.0` -> 1000, 2) and others do not (`2.5`)."""
+    if isinstance(value, str) and NUMBER.fullmatch(value):
+        value = float(value) if re.search("[.eE]", value) else int(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float):
+        if not math.isfinite(value) or (integer and not value.is_integer()):
+            return None
+        return int(value) if integer else value
+    return value if integer else float(value)
+
+
 def _coerce(value: Any, hint: Any) -> Any:
-    if hint is float and isinstance(value, int):
-        return float(value)
+    if hint in (int, float):
+        return number(value, integer=hint is int)
     if typing.get_origin(hint) is Literal and not isinstance(value, str):
         return str(value).lower()  # YAML reads `use_gpu: true` as a bool
     return value

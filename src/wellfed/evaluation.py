@@ -3,9 +3,15 @@
 Batches are length-sorted for speed, then every prediction is scattered back to its row, so the
 per-row output is in file order (HF Trainer's `predict()` with length grouping returns sampler
 order, an easy way to report a correct model as chance-level).
+
+Label text goes where it is data (gold/predicted values, plot tick labels, the per-class `label`)
+as it is; where a name is required (per-class metric keys, probability columns) its
+`wellfed.names.keys` key does.
 """
 
 from __future__ import annotations
+
+import logging
 
 import numpy as np
 import pandas as pd
@@ -17,6 +23,9 @@ from tqdm import tqdm
 from wellfed import device as dev
 from wellfed.data.batching import BatchSpec, eval_batches
 from wellfed.data.shards import TokenFile
+from wellfed.names import keys as label_keys
+
+log = logging.getLogger(__name__)
 
 
 def predict(model, data: TokenFile, pad_id: int, device: torch.device, precision,
@@ -38,6 +47,8 @@ def predict(model, data: TokenFile, pad_id: int, device: torch.device, precision
 
 
 def score(gold: np.ndarray, probs: np.ndarray, names: list[str]) -> dict:
+    """Accuracy, macro-F1 and per-class figures keyed by each label's safe key (the label's own
+    text is its `label`), so that `per_class.<key>.f1` here is `eval/<key>/f1` in MLflow."""
     pred = probs.argmax(1)
     ids = list(range(len(names)))
     precision, recall, f1, support = precision_recall_fscore_support(
@@ -45,17 +56,27 @@ def score(gold: np.ndarray, probs: np.ndarray, names: list[str]) -> dict:
     return {"accuracy": float(accuracy_score(gold, pred)),
             "macro_f1": float(f1_score(gold, pred, labels=ids, average="macro", zero_division=0)),
             "rows": int(len(gold)),
-            "per_class": {name: {"precision": float(p), "recall": float(r), "f1": float(f),
-                                 "support": int(s)}
-                          for name, p, r, f, s in zip(names, precision, recall, f1, support)}}
+            "per_class": {key: {"label": str(name), "precision": float(p), "recall": float(r),
+                                "f1": float(f), "support": int(s)}
+                          for key, name, p, r, f, s in zip(label_keys(names), names, precision,
+                                                           recall, f1, support)}}
+
+
+def tracked(metrics: dict) -> dict[str, float]:
+    """`score`'s figures under their MLflow keys: eval/accuracy, eval/<key>/precision, ..."""
+    flat = {"eval/accuracy": metrics["accuracy"], "eval/macro_f1": metrics["macro_f1"]}
+    for key, scores in metrics["per_class"].items():
+        flat.update({f"eval/{key}/{k}": scores[k] for k in ("precision", "recall", "f1")})
+    return flat
 
 
 def predictions_frame(data: TokenFile, probs: np.ndarray, names: list[str]) -> pd.DataFrame:
+    """Row id, gold and predicted label text, and one `prob_<key>` column per class."""
     pred = probs.argmax(1)
     frame = pd.DataFrame({"row_id": data.row_ids, "gold": np.asarray(names, object)[data.labels],
                           "predicted": np.asarray(names, object)[pred]})
-    for i, name in enumerate(names):
-        frame[f"prob_{name}"] = probs[:, i]
+    for i, key in enumerate(label_keys(names)):
+        frame[f"prob_{key}"] = probs[:, i]
     return frame
 
 
@@ -64,15 +85,36 @@ def confusion(gold: np.ndarray, probs: np.ndarray, names: list[str]) -> np.ndarr
 
 
 def plot_confusion(matrix: np.ndarray, names: list[str], path) -> None:
+    import warnings
+
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from sklearn.metrics import ConfusionMatrixDisplay
 
-    fig, ax = plt.subplots(figsize=(2 + 0.6 * len(names), 1.6 + 0.6 * len(names)), dpi=120)
-    ConfusionMatrixDisplay(matrix, display_labels=names).plot(ax=ax, colorbar=False, cmap="Blues")
-    ax.set_title("confusion matrix")
-    fig.tight_layout()
-    fig.savefig(path, format="png")
-    plt.close(fig)
+    labels = [tick_label(n) for n in names]
+    # Label text as it is: no mathtext, or `$5-$10` renders as math and `$\x$` stops the stage.
+    with matplotlib.rc_context({"text.parse_math": False}), \
+            warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fig, ax = plt.subplots(figsize=(2 + 0.6 * len(names), 1.6 + 0.6 * len(names)), dpi=120)
+        ConfusionMatrixDisplay(matrix, display_labels=labels).plot(
+            ax=ax, colorbar=False, cmap="Blues",  # a 0.6-inch column holds ~7 characters
+            xticks_rotation="vertical" if max(map(len, labels)) > 7 else "horizontal")
+        ax.set_title("confusion matrix")
+        fig.savefig(path, format="png", bbox_inches="tight")  # long labels widen the image
+        plt.close(fig)
+    missing = {str(w.message) for w in caught if "missing from font" in str(w.message)}
+    if missing:  # matplotlib warns once per character per draw: say it once
+        log.warning("%s: %d label character(s) have no glyph in matplotlib's font and show as boxes "
+                    "(labels.json and predictions.parquet hold the text)", path, len(missing))
+    for w in caught:
+        if str(w.message) not in missing:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
+def tick_label(name, chars: int = 30) -> str:
+    """A label as a tick: its own text, cut to `chars` characters (the full text is in the data)."""
+    text = str(name)
+    return text if len(text) <= chars else text[:chars - 1] + "…"

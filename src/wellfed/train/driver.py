@@ -19,6 +19,7 @@ from pathlib import Path
 import pyarrow.fs as pafs
 
 from wellfed import privacy, tracking
+from wellfed.cli import StageError
 from wellfed.data import staging
 from wellfed.config import DataConfig, ModelConfig, RayConfig, TrainConfig
 from wellfed.train import checkpoint
@@ -27,7 +28,7 @@ log = logging.getLogger(__name__)
 RUN_FILE = "wellfed_run.json"
 
 
-class TrainingFailed(RuntimeError):
+class TrainingFailed(StageError):
     """Training stopped on the workers; the message is the workers' own, in one line."""
 
 
@@ -270,14 +271,14 @@ def fit(*, tokens_dir: Path, model_source: str, labels: list[str], pad_id: int,
     finally:
         ray.shutdown()
     if result.checkpoint is None:
-        raise RuntimeError(f"training finished without a checkpoint; see {storage_uri}/{name}")
+        raise StageError(f"training finished without a checkpoint; see {storage_uri}/{name}")
     try:
         if flushed := flush_backlog(uri, run_id, backlog):
             print(f"[wellfed] logged {flushed} metric values held back while MLflow was down")
     except Exception as err:
-        raise RuntimeError(f"MLflow at {uri} is still unreachable ({err}); training finished and "
-                           f"its metrics wait in {backlog}: rerun `dvc repro` once the tracking "
-                           "server is back to log them and finish the stage") from None
+        raise StageError(f"MLflow at {uri} is still unreachable ({err}); training finished and "
+                         f"its metrics wait in {backlog}: rerun `dvc repro` once the tracking "
+                         "server is back to log them and finish the stage") from None
     removed = remove_orphans(storage_uri, name, result.checkpoint.path)
     if removed:
         print(f"[wellfed] removed {removed} superseded or orphaned checkpoint dir(s)", flush=True)
