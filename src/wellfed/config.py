@@ -18,10 +18,6 @@ from typing import Any, Literal
 
 import yaml
 
-FORMATS = ("auto", "csv", "tsv", "jsonl", "parquet")
-PRECISIONS = ("auto", "bf16", "fp16", "fp32")
-
-
 @dataclass(frozen=True)
 class PrepareConfig:
     """`prepare`: where the raw labelled text comes from, how it is read and how it is split."""
@@ -374,16 +370,7 @@ def flatten(sections: dict[str, Any]) -> dict[str, Any]:
     return flat
 
 
-def as_dict(section) -> dict:
-    return dataclasses.asdict(section)
-
-
-def from_dict(name: str, data: dict):
-    """Rebuild a section from `as_dict` output (used to ship config to Ray workers)."""
-    return SECTIONS[name](**data)
-
-
 __all__ = [
     "PrepareConfig", "TokenizeConfig", "ModelConfig", "TrainConfig", "DataConfig", "RayConfig", "MlflowConfig",
-    "load_section", "load_params", "flatten", "as_dict", "from_dict", "SECTIONS",
+    "load_section", "load_params", "flatten", "SECTIONS",
 ]

@@ -103,11 +103,12 @@ def send_metrics(uri: str, run_id: str, metrics: list) -> None:
         client.log_batch(run_id, metrics=metrics[i:i + 500])
 
 
-def log_metrics(uri: str, run_id: str, metrics: dict[str, float], step: int | None = None) -> None:
+def log_metrics(uri: str, run_id: str, metrics: dict[str, float]) -> None:
+    """Run-level figures (summaries, evaluation), logged at step 0."""
     from mlflow.entities import Metric
 
     now = int(time.time() * 1000)
-    send_metrics(uri, run_id, [Metric(k, float(v), now, step or 0) for k, v in metrics.items()])
+    send_metrics(uri, run_id, [Metric(k, float(v), now, 0) for k, v in metrics.items()])
 
 
 def spread(out: dict, name: str, values: list[float]) -> None:
