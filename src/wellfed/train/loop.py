@@ -255,6 +255,16 @@ def close_interval(values: list[StepResult], pending: list[dict], world: int) ->
         rec.update({"loss": loss / world, "grad_norm": norm, "skipped": skip})
 
 
+def check_finite(bad: int, pending: list[dict], max_bad_steps: int) -> int:
+    """Count consecutive non-finite losses; stop once `max_bad_steps` of them (0 = never)."""
+    bad = count_bad(bad, [r["loss"] for r in pending])
+    if max_bad_steps and bad >= max_bad_steps:
+        raise RuntimeError(f"loss was not finite for {bad} consecutive steps (up to step "
+                           f"{pending[-1]['step']}); lower train.lr or use precision fp32/bf16. "
+                           "The last good checkpoint is kept")
+    return bad
+
+
 def train(job: TrainJob, place: Place, report: Report, *, resume: Path | None = None,
           wrap: Callable = lambda model: model, stop: Callable[[], bool] | None = None) -> dict:
     """Train `job` on `place.device`; return the final training state (step, history, ...).
@@ -310,21 +320,12 @@ def train(job: TrainJob, place: Place, report: Report, *, resume: Path | None = 
             if not (do_eval or do_ckpt or state["step"] % cfg.report_every == 0):
                 continue
             close_interval(values, pending, place.world)
-            bad = count_bad(bad, [r["loss"] for r in pending])
-            if cfg.max_bad_steps and bad >= cfg.max_bad_steps:
-                raise RuntimeError(f"loss was not finite for {bad} consecutive steps (up to step "
-                                   f"{state['step']}); lower train.lr or use precision fp32/bf16. "
-                                   "The last good checkpoint is kept")
-            interval = meter.interval()
-            seconds = interval["interval_s"]
-            perf = {"samples_per_s": sum(r["rows"] for r in pending) / seconds,
-                    "real_tokens_per_s": sum(r["real_tokens"] for r in pending) / seconds,
-                    "input_wait_share": interval["input_wait_share"], "mfu": interval["mfu"]}
-            metrics = {**facts, "records": pending, **interval, "telemetry": sampler.snapshot(),
-                       "sampler": sampler.kind}
+            bad = check_finite(bad, pending, cfg.max_bad_steps)
+            metrics = {**facts, "records": pending, **meter.interval(),
+                       "telemetry": sampler.snapshot(), "sampler": sampler.kind}
             if do_eval:
                 metrics["val"] = evaluate_split(s, val_data, place.rank, job.pad_id)
-            state["history"] += pending[:-1] + [dict(pending[-1], **perf, **metrics.get("val", {}))]
+            state["history"] += pending[:-1] + [dict(pending[-1], **metrics.get("val", {}))]
             if do_ckpt:
                 with tempfile.TemporaryDirectory() as tmp:
                     if place.rank == 0:
