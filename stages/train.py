@@ -34,7 +34,8 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir):
         experiment=mlflow_cfg.experiment, params=params, tags=tracking.git_tags(Path.cwd()))
     history = driver.export_model(checkpoint, tokens, Path(model_dir), uri, run_id)
     metrics = driver.summarize(history, time.time() - started)
-    driver.write_history(history, out / "history")
+    driver.write_history(history, tracking.metric_table(uri, run_id, tracking.PERF_CURVE),
+                         out / "history")
     with atomic_path(out / "plots", is_dir=True) as tmp:
         plots.plot_history(out / "history", tmp)
     tracking.log_artifacts(uri, run_id, out / "plots", "plots")

@@ -161,6 +161,25 @@ def metric_histories(uri: str, run_id: str, prefixes: tuple[str, ...]) -> dict[s
             for k in keys}
 
 
+# The run's throughput curve, one row per report interval: the driver's interval metrics (global
+# rows and tokens over the slowest worker's interval; input wait and MFU as means over workers).
+# MLflow logs them and data/train/history/perf.csv repeats them under the same names.
+PERF_CURVE = ("perf/samples_per_s", "perf/real_tokens_per_s", "perf/padding_efficiency",
+              "perf/input_wait_share_mean", "perf/mfu_mean")
+
+
+def metric_table(uri: str, run_id: str, keys: tuple[str, ...]) -> list[dict]:
+    """Rows {"step": s, key: value, ...} of the run's metrics `keys`, one per logged step."""
+    import mlflow
+
+    client = mlflow.MlflowClient(uri)
+    rows: dict[int, dict] = {}
+    for key in keys:
+        for m in client.get_metric_history(run_id, key):
+            rows.setdefault(m.step, {"step": m.step})[key] = m.value
+    return [rows[step] for step in sorted(rows)]
+
+
 def log_text(uri: str, run_id: str, text: str, artifact_file: str) -> None:
     import mlflow
 

@@ -7,8 +7,9 @@ from pathlib import Path
 import pandas as pd
 
 SERIES = [("loss", "train loss", "steps.csv"), ("val_accuracy", "validation accuracy", "validation.csv"),
-          ("real_tokens_per_s", "real tokens/s", "perf.csv"),
-          ("input_wait_share", "input wait (share of step time)", "perf.csv")]
+          ("perf/real_tokens_per_s", "real tokens/s", "perf.csv"),
+          ("perf/input_wait_share_mean", "input wait (share of step time, mean over workers)",
+           "perf.csv")]
 
 
 def plot_history(history_dir: Path, out_dir: Path) -> list[Path]:
@@ -23,13 +24,15 @@ def plot_history(history_dir: Path, out_dir: Path) -> list[Path]:
         if not path.is_file():
             continue
         frame = pd.read_csv(path)
+        if column not in frame:
+            continue
         fig, ax = plt.subplots(figsize=(6, 3.2), dpi=110)
         ax.plot(frame["step"], frame[column], marker="o" if len(frame) < 30 else None)
         ax.set_xlabel("optimizer step")
         ax.set_title(title)
         ax.grid(alpha=0.3)
         fig.tight_layout()
-        target = out_dir / f"{column}.png"
+        target = out_dir / f"{column.replace('/', '_')}.png"
         fig.savefig(target, format="png")
         plt.close(fig)
         written.append(target)

@@ -322,8 +322,10 @@ def summarize(history: list[dict], seconds: float) -> dict:
     return out
 
 
-def write_history(history: list[dict], directory: Path) -> None:
-    """CSV files that `dvc plots show` draws: per-step loss/lr and validation points."""
+def write_history(history: list[dict], perf: list[dict], directory: Path) -> None:
+    """CSV files that `dvc plots show` draws: per-step loss/lr, validation points, and the
+    throughput curve `perf` (tracking.metric_table of tracking.PERF_CURVE: MLflow's own figures
+    under MLflow's names)."""
     import pandas as pd
 
     from wellfed.outputs import atomic_path
@@ -331,8 +333,7 @@ def write_history(history: list[dict], directory: Path) -> None:
     frame = pd.DataFrame(history)
     with atomic_path(directory, is_dir=True) as tmp:
         frame[["step", "loss", "lr", "grad_norm"]].to_csv(tmp / "steps.csv", index=False)
-        perf = ["samples_per_s", "real_tokens_per_s", "input_wait_share", "mfu"]
-        frame.dropna(subset=perf[:1])[["step", *perf]].to_csv(tmp / "perf.csv", index=False)
+        pd.DataFrame(perf).to_csv(tmp / "perf.csv", index=False)
         if "val/accuracy" in frame:
             val = frame.dropna(subset=["val/accuracy"])[["step", "val/accuracy", "val/loss"]]
             val.rename(columns={"val/accuracy": "val_accuracy", "val/loss": "val_loss"}).to_csv(
