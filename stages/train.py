@@ -33,7 +33,7 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir):
         ray_cfg=ray_cfg, storage=Path(checkpoint_dir), uri=uri,
         experiment=mlflow_cfg.experiment, params=params, tags=tracking.git_tags(Path.cwd()))
     history = driver.export_model(checkpoint, tokens, Path(model_dir), uri, run_id)
-    metrics = driver.summarize(history, time.time() - started)
+    seconds = time.time() - started
     driver.write_history(history, out / "history")
     with atomic_path(out / "plots", is_dir=True) as tmp:
         plots.plot_history(out / "history", tmp)
@@ -49,14 +49,16 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir):
     tracking.log_text(uri, run_id, text, "diagnosis.md")
     print(text)
 
-    write_json(out / "metrics.json", metrics)
-    tracking.log_metrics(uri, run_id, {**{f"train_summary/{k}": v for k, v in metrics.items()},
-                                       **{f"diagnosis/{k}": v for k, v in diag.items()}})
+    metrics = driver.summarize(history, seconds, figures)
+    write_json(out / "metrics.json", metrics)  # the DVC metrics: headline only, MLflow's names
+    # val/* are already in the run, logged at their steps; the rest are the run's own figures.
+    tracking.log_metrics(uri, run_id, {k: v for k, v in metrics.items() if k.startswith("train/")})
     tracking.log_artifacts(uri, run_id, model_dir, "model")
     write_json(out / "run.json", {"mlflow_run_id": run_id, "tracking_uri": uri,
                                   "ray_run": info["name"]})
     driver.mark_complete(info, run_id)
-    print(f"[wellfed] train done: {metrics} (MLflow run {run_id})")
+    print(f"[wellfed] train done: {', '.join(f'{k} {v:.4g}' for k, v in metrics.items())} "
+          f"(MLflow run {run_id})")
 
 
 if __name__ == "__main__":

@@ -8,12 +8,29 @@ import os
 import sys
 
 
+def console() -> None:
+    """The console is for people: wellfed's own lines at INFO, everyone else's at WARNING.
+
+    MLflow installs its own handler at INFO when imported (database tables, system-metrics
+    monitor); MLFLOW_LOGGING_LEVEL, read at that import here and in the Ray workers started
+    from this process, keeps those lines off the console. Set it to INFO to see them again.
+    """
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    ours = logging.getLogger("wellfed")
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("[wellfed] %(message)s"))
+    ours.addHandler(handler)
+    ours.setLevel(logging.INFO)
+    ours.propagate = False
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+
+
 def stage(main):
     """Wrap a stage's main(*argv): usage check, logging, one-line errors for bad input."""
 
     @functools.wraps(main)
     def run() -> None:
-        logging.basicConfig(level=logging.INFO, format="[wellfed] %(message)s")
+        console()
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         args = sys.argv[1:]
         expected = main.__code__.co_argcount
