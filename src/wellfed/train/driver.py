@@ -129,9 +129,14 @@ def connect(ray_cfg: RayConfig) -> None:
     import ray
 
     address = cluster_address(ray_cfg)
+    # RAY_TRAIN_ENABLE_PRINT_PATCH=0: Ray Train's print patch sends a worker's print() both to
+    # stdout and, through the root logger, to stderr; Ray forwards both, so every line a
+    # worker printed reached the console twice. (A variable exported here still wins: Ray
+    # Train passes its own variables on to the workers.)
     env = {"env_vars": {k: os.environ[k] for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
                                                   "WELLFED_CACHE", "MLFLOW_LOGGING_LEVEL")
-                        if k in os.environ} | {"TOKENIZERS_PARALLELISM": "false"},
+                        if k in os.environ}
+                       | {"TOKENIZERS_PARALLELISM": "false", "RAY_TRAIN_ENABLE_PRINT_PATCH": "0"},
            "worker_process_setup_hook": "wellfed.train.driver.quiet_ray_logs"}
     if address:
         # Workers on other nodes get this package through the runtime environment; its
@@ -145,7 +150,7 @@ def connect(ray_cfg: RayConfig) -> None:
         # One machine: no other node whose drain Ray Train's preemption watcher could announce.
         # Without the watcher Ray does not log, as an error, a note on the watcher's own actor
         # options on every run (`core_worker.cc ... PreemptionWatcher ... max_restarts > 0`).
-        env["env_vars"].setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
+        env["env_vars"]["RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"] = "0"
         # address="local": never attach to a cluster some earlier `ray start` left recorded.
         ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, runtime_env=env,
                  log_to_driver=True, logging_level=logging.WARNING)
