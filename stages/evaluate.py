@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 from transformers import AutoModelForSequenceClassification
+from transformers.utils import logging as hf_logging
 
 from wellfed import device as dev
 from wellfed import evaluation, tracking
@@ -24,6 +25,7 @@ def main(tokens_dir, model_dir, run_json, eval_dir):
     data = TokenFile(tokens / f"{split}.arrow")
     device = torch.device("cuda" if dev.cuda_available() else "cpu")
     precision = dev.choose_precision("auto", device)
+    hf_logging.disable_progress_bar()  # a local directory: no download to show, only noise
     model = AutoModelForSequenceClassification.from_pretrained(model_dir)
     names = meta["labels"]
     probs = evaluation.predict(model, data, meta["pad_id"], device, precision)
@@ -37,9 +39,11 @@ def main(tokens_dir, model_dir, run_json, eval_dir):
         frame[["gold", "predicted"]].to_csv(tmp, index=False)
     with atomic_path(out / "confusion.png") as tmp:
         evaluation.plot_confusion(matrix, names, tmp)
-    write_json(out / "metrics.json", metrics)
+    write_json(out / "report.json", metrics)  # per-class scores, confusion matrix: the detail
     run = json.loads(Path(run_json).read_text())
-    tracking.log_metrics(run["tracking_uri"], run["mlflow_run_id"], evaluation.tracked(metrics))
+    tracked = evaluation.tracked(metrics)
+    write_json(out / "metrics.json", {k: tracked[k] for k in ("eval/accuracy", "eval/macro_f1")})
+    tracking.log_metrics(run["tracking_uri"], run["mlflow_run_id"], tracked)
     tracking.log_artifacts(run["tracking_uri"], run["mlflow_run_id"], out, "eval")
     mapping = {key: scores["label"] for key, scores in metrics["per_class"].items()}
     tracking.log_text(run["tracking_uri"], run["mlflow_run_id"],

@@ -7,11 +7,9 @@ import json
 import time
 from pathlib import Path
 
-import yaml
-
 from wellfed import tracking
 from wellfed.cli import stage
-from wellfed.config import load_params
+from wellfed.config import SECTIONS, flatten, load_params
 from wellfed.outputs import atomic_path, write_json
 from wellfed.telemetry import diagnosis, plots
 from wellfed.train import driver
@@ -21,11 +19,11 @@ from wellfed.train import driver
 def main(tokens_dir, model_dir, train_dir, checkpoint_dir):
     model_cfg, train_cfg, data_cfg, ray_cfg, mlflow_cfg = load_params(
         "params.yaml", "model", "train", "data", "ray", "mlflow")
+    # MLflow records the whole loaded config, defaults included, not just what the file spells out.
+    params = flatten(dict(zip(SECTIONS, load_params("params.yaml", *SECTIONS))))
     tokens, out = Path(tokens_dir), Path(train_dir)
     meta = json.loads((tokens / "meta.json").read_text())
     uri = tracking.tracking_uri(mlflow_cfg.tracking_uri, Path.cwd())
-    everything = yaml.safe_load(Path("params.yaml").read_text())
-    params = {f"{s}.{k}": v for s, section in everything.items() for k, v in section.items()}
     started = time.time()
     checkpoint, run_id, info = driver.fit(
         tokens_dir=tokens, model_source=meta["model_source"], labels=meta["labels"],
@@ -33,7 +31,7 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir):
         ray_cfg=ray_cfg, storage=Path(checkpoint_dir), uri=uri,
         experiment=mlflow_cfg.experiment, params=params, tags=tracking.git_tags(Path.cwd()))
     history = driver.export_model(checkpoint, tokens, Path(model_dir), uri, run_id)
-    metrics = driver.summarize(history, time.time() - started)
+    seconds = time.time() - started
     driver.write_history(history, tracking.metric_table(uri, run_id, tracking.PERF_CURVE),
                          out / "history")
     with atomic_path(out / "plots", is_dir=True) as tmp:
@@ -50,14 +48,16 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir):
     tracking.log_text(uri, run_id, text, "diagnosis.md")
     print(text)
 
-    write_json(out / "metrics.json", metrics)
-    tracking.log_metrics(uri, run_id, {**{f"train_summary/{k}": v for k, v in metrics.items()},
-                                       **{f"diagnosis/{k}": v for k, v in diag.items()}})
+    metrics = driver.summarize(history, seconds, figures)
+    write_json(out / "metrics.json", metrics)  # the DVC metrics: headline only, MLflow's names
+    # val/* are already in the run, logged at their steps; the rest are the run's own figures.
+    tracking.log_metrics(uri, run_id, {k: v for k, v in metrics.items() if k.startswith("train/")})
     tracking.log_artifacts(uri, run_id, model_dir, "model")
     write_json(out / "run.json", {"mlflow_run_id": run_id, "tracking_uri": uri,
                                   "ray_run": info["name"]})
     driver.mark_complete(info, run_id)
-    print(f"[wellfed] train done: {metrics} (MLflow run {run_id})")
+    print(f"[wellfed] train done: {', '.join(f'{k} {v:.4g}' for k, v in metrics.items())} "
+          f"(MLflow run {run_id})")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ import sys
 import tempfile
 import traceback
 
+from wellfed import privacy
+
 
 class StageError(Exception):
     """A failure whose message is complete for a person (what failed, and what to do about it);
@@ -75,7 +77,22 @@ def bug_report(err: Exception, stage_name: str) -> str:
     return (f"unexpected {type(err).__name__}{at}: {err}; this is a bug in wellfed, please "
             f"report it ({kept})")
 
-from wellfed import privacy
+
+def console() -> None:
+    """The console is for people: wellfed's own lines at INFO, everyone else's at WARNING.
+
+    MLflow installs its own handler at INFO when imported (database tables, system-metrics
+    monitor); MLFLOW_LOGGING_LEVEL, read at that import here and in the Ray workers started
+    from this process, keeps those lines off the console. Set it to INFO to see them again.
+    """
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    ours = logging.getLogger("wellfed")
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("[wellfed] %(message)s"))
+    ours.addHandler(handler)
+    ours.setLevel(logging.INFO)
+    ours.propagate = False
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
 
 
 def stage(main):
@@ -84,7 +101,7 @@ def stage(main):
     @functools.wraps(main)
     def run() -> None:
         privacy.apply()  # before mlflow and ray are imported (the stages import them lazily)
-        logging.basicConfig(level=logging.INFO, format="[wellfed] %(message)s")
+        console()
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         args = sys.argv[1:]
         expected = main.__code__.co_argcount

@@ -46,17 +46,20 @@ def test_model_directory_loads_in_a_transformers_pipeline(project):
 
 def test_metrics_and_predictions(project):
     dest, _ = project
-    metrics = json.loads((dest / "data/eval/metrics.json").read_text())
+    metrics = json.loads((dest / "data/eval/report.json").read_text())
     assert metrics["split"] == "test" and metrics["rows"] == 150
     assert 0 <= metrics["accuracy"] <= 1 and 0 <= metrics["macro_f1"] <= 1
     assert set(metrics["per_class"]) == {"negative", "neutral", "positive"}
+    headline = json.loads((dest / "data/eval/metrics.json").read_text())
+    assert headline == {"eval/accuracy": metrics["accuracy"], "eval/macro_f1": metrics["macro_f1"]}
     preds = pd.read_parquet(dest / "data/eval/predictions.parquet")
     assert preds["row_id"].tolist() == list(range(150))  # original file order
     gold = pd.read_csv(dest / "data/raw/test.tsv", sep="\t")["label"].tolist()
     assert preds["gold"].tolist() == gold
     train = json.loads((dest / "data/train/metrics.json").read_text())
-    # 600 rows / 16 per step = 38 steps per epoch (the last one partial), 3 epochs.
-    assert train["steps"] == 114 and train["rows_seen"] == 3 * 600
+    assert train["train/rows"] == 3 * 600
+    steps = pd.read_csv(dest / "data/train/history/steps.csv")["step"].tolist()
+    assert steps == list(range(1, 115))  # 600 rows / 16 per step = 38 steps per epoch, 3 epochs
 
 
 def test_mlflow_run_has_params_losses_validation_and_eval(project):

@@ -28,13 +28,13 @@ def test_minilm_on_full_sst2_train_clears_088_dev_accuracy(tmp_path):
     started = time.time()
     run(["dvc", "repro"], tmp_path, timeout=1800)
     seconds = time.time() - started
-    metrics = json.loads((tmp_path / "data/eval/metrics.json").read_text())
+    metrics = json.loads((tmp_path / "data/eval/report.json").read_text())
     train = json.loads((tmp_path / "data/train/metrics.json").read_text())
     print(f"\nSST-2 dev accuracy {metrics['accuracy']:.4f}, macro-F1 {metrics['macro_f1']:.4f}; "
-          f"train {train['train_seconds']:.0f} s for {train['rows_seen']} rows "
-          f"(padding efficiency {train['padding_efficiency']:.3f}); whole repro {seconds:.0f} s")
+          f"train {train['train/seconds']:.0f} s for {train['train/rows']} rows "
+          f"(padding efficiency {train['train/padding_efficiency']:.3f}); whole repro {seconds:.0f} s")
     assert metrics["split"] == "validation" and metrics["rows"] == 872
-    assert train["rows_seen"] == 67349
+    assert train["train/rows"] == 67349
     assert metrics["accuracy"] >= 0.88
     _, runs = mlflow_runs(tmp_path)
     assert runs[0].data.metrics["eval/accuracy"] == pytest.approx(metrics["accuracy"])

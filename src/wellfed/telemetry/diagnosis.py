@@ -1,7 +1,7 @@
 """End-of-run diagnosis: how busy was each device, and if not busy, why, and which knob to turn.
 
 Input is the run's MLflow metric histories (every worker's figures, logged by the driver-side
-callback); output is a short markdown report plus numeric DVC metrics. The rules run in order
+callback); output is a short markdown report plus its figures. The rules run in order
 of how much time they explain; the first that fires names the bottleneck.
 """
 
@@ -25,6 +25,7 @@ class RunFigures:
     samples_per_s: float
     loader_workers: int
     micro_batch_size: int
+    real_tokens_per_s: float = 0.0
     device_util_pct: float | None = None
     memory_used_share: float | None = None
     per_worker_wait: dict[int, float] = field(default_factory=dict)
@@ -48,6 +49,7 @@ def figures_from_history(history: dict[str, list[float]], loader_workers: int,
         padding_efficiency=mean(history.get("perf/padding_efficiency", [])) or 1.0,
         mfu=mean(history.get("perf/mfu_mean", [])),
         samples_per_s=mean(history.get("perf/samples_per_s", [])),
+        real_tokens_per_s=mean(history.get("perf/real_tokens_per_s", [])),
         loader_workers=loader_workers, micro_batch_size=micro_batch_size,
         device_util_pct=mean(util) if util else None,
         memory_used_share=max(used) if used else None,
@@ -78,7 +80,7 @@ def diagnose(f: RunFigures) -> tuple[str, str, str]:
 
 
 def report(f: RunFigures) -> tuple[str, dict[str, float]]:
-    """Markdown diagnosis and its numeric DVC metrics."""
+    """Markdown diagnosis and its figures (data/train/diagnosis.json)."""
     code, finding, knob = diagnose(f)
     util = "n/a (no GPU)" if f.device_util_pct is None else f"{f.device_util_pct:.0f}%"
     headroom = ("n/a (no GPU)" if f.memory_used_share is None

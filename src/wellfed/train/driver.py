@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 from dataclasses import asdict
 from pathlib import Path
 
@@ -85,19 +86,16 @@ def quiet_ray_logs() -> None:
     Ray 2.60 logs every `ray.train.report` payload at INFO under a logger named after its file
     (so `LoggingConfig` does not reach it), and the placement-group cleaner warns once a second
     when the state API (the dashboard, off here) is absent. Both stay in Ray's log files.
+    The cleaner finds its cluster through RAY_ADDRESS; unset, it looks for Ray on this machine
+    and dies with a traceback when it finds two (two pipelines at once: `dvc queue start -j 2`).
     """
+    import ray
     from ray.train.v2._internal.execution import context
     from ray.train.v2._internal.execution.controller import placement_group_cleaner
 
     logging.getLogger(context.__file__).setLevel(logging.WARNING)
     logging.getLogger(placement_group_cleaner.__name__).setLevel(logging.ERROR)
-
-
-def planned_steps(tokens_dir: Path, train_cfg: TrainConfig) -> int:
-    from wellfed.data.shards import TokenFile
-    from wellfed.train.loop import total_steps
-
-    return total_steps(len(TokenFile(tokens_dir / "train.arrow")), train_cfg)
+    os.environ.setdefault("RAY_ADDRESS", ray.get_runtime_context().gcs_address)
 
 
 def preflight(train_cfg: TrainConfig, ray_cfg: RayConfig) -> None:
@@ -120,13 +118,27 @@ def cluster_address(ray_cfg: RayConfig) -> str:
     return ray_cfg.address or os.environ.get("RAY_ADDRESS", "")
 
 
+def local_token_auth(ray_cfg: RayConfig) -> None:
+    """A local cluster gets Ray's default, token authentication, asked for explicitly
+    (RAY_AUTH_MODE=token) so Ray does not print a warning about choosing it on every run.
+    Ray reads the variable once, when it is imported: set it only before that (a process that
+    imported Ray already keeps Ray's own default and its warning)."""
+    if not cluster_address(ray_cfg) and "ray" not in sys.modules:
+        os.environ.setdefault("RAY_AUTH_MODE", "token")
+
+
 def connect(ray_cfg: RayConfig) -> None:
     import ray
 
     address = cluster_address(ray_cfg)
+    # RAY_TRAIN_ENABLE_PRINT_PATCH=0: Ray Train's print patch sends a worker's print() both to
+    # stdout and, through the root logger, to stderr; Ray forwards both, so every line a
+    # worker printed reached the console twice. (A variable exported here still wins: Ray
+    # Train passes its own variables on to the workers.)
     env = {"env_vars": {k: os.environ[k] for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
-                                                  "WELLFED_CACHE")
-                        if k in os.environ} | {"TOKENIZERS_PARALLELISM": "false"}
+                                                  "WELLFED_CACHE", "MLFLOW_LOGGING_LEVEL")
+                        if k in os.environ}
+                       | {"TOKENIZERS_PARALLELISM": "false", "RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}
                        | privacy.worker_env(),  # telemetry off on every node, `ray start` ones too
            "worker_process_setup_hook": "wellfed.train.driver.quiet_ray_logs"}
     if address:
@@ -138,6 +150,10 @@ def connect(ray_cfg: RayConfig) -> None:
         ray.init(address=address, runtime_env=env, log_to_driver=True,
                  logging_level=logging.WARNING)
     else:
+        # One machine: no other node whose drain Ray Train's preemption watcher could announce.
+        # Without the watcher Ray does not log, as an error, a note on the watcher's own actor
+        # options on every run (`core_worker.cc ... PreemptionWatcher ... max_restarts > 0`).
+        env["env_vars"]["RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"] = "0"
         # address="local": never attach to a cluster some earlier `ray start` left recorded.
         ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, runtime_env=env,
                  log_to_driver=True, logging_level=logging.WARNING)
@@ -199,6 +215,7 @@ def fit(*, tokens_dir: Path, model_source: str, labels: list[str], pad_id: int,
         storage: Path, uri: str, experiment: str, params: dict,
         tags: dict) -> tuple[object, str, dict]:
     """Run training on Ray; return (final checkpoint, MLflow run id, run info)."""
+    local_token_auth(ray_cfg)
     import mlflow
     import ray
     import ray.train
@@ -231,11 +248,10 @@ def fit(*, tokens_dir: Path, model_source: str, labels: list[str], pad_id: int,
             print(f"[wellfed] token files {'uploaded to' if sent else 'already at'} "
                   f"{loop_config['tokens_uri']}", flush=True)
         run_id = tracking.start_run(uri, experiment, name, resume_id)
-        if resume_id == run_id:
-            step = resume_step(storage_uri, name)
-            where = (f"resuming from step {step} of {planned_steps(tokens_dir, train_cfg)}"
-                     if step else "no checkpoint was registered: starting from step 0")
-            print(f"[wellfed] resuming interrupted run {name} (MLflow run {run_id}): {where}",
+        if resume_id == run_id:  # the step it resumes from is rank 0's line, once training starts
+            where = ("" if resume_step(storage_uri, name) else
+                     ": no checkpoint was registered, starting from step 0")
+            print(f"[wellfed] resuming interrupted run {name} (MLflow run {run_id}){where}",
                   flush=True)
         write_run_file(storage_uri, name, run_id, complete=False)
         storage.mkdir(parents=True, exist_ok=True)
@@ -307,19 +323,19 @@ def export_model(final, tokens_dir: Path, model_out: Path, uri: str, run_id: str
     return state["history"]
 
 
-def summarize(history: list[dict], seconds: float) -> dict:
-    """Train-stage metrics from the per-step history."""
-    last = history[-1]
+def summarize(history: list[dict], seconds: float, figures) -> dict:
+    """The train stage's headline figures, under the names MLflow shows them by: the last
+    validation (`val/*`, whose latest MLflow value is the same number), the stage's training
+    wall time and rows, and the run's means over report intervals from the diagnosis
+    `figures` (a `RunFigures`). Aggregations: README, "The pipeline"."""
     evals = [h for h in history if "val/accuracy" in h]
-    rows = sum(h["rows"] for h in history)
-    real = sum(h["real_tokens"] for h in history)
-    padded = sum(h["padded_tokens"] for h in history)
-    out = {"steps": last["step"], "epochs": last["epoch"] + 1, "final_loss": last["loss"],
-           "train_seconds": round(seconds, 1), "rows_seen": int(rows),
-           "padding_efficiency": real / padded if padded else 1.0}
-    if evals:
-        out.update({"val_accuracy": evals[-1]["val/accuracy"], "val_loss": evals[-1]["val/loss"]})
-    return out
+    out = {"val/loss": evals[-1]["val/loss"], "val/accuracy": evals[-1]["val/accuracy"]} \
+        if evals else {}
+    return {**out, "train/seconds": round(seconds, 1),
+            "train/rows": int(sum(h["rows"] for h in history)),
+            "train/real_tokens_per_s": figures.real_tokens_per_s,
+            "train/padding_efficiency": figures.padding_efficiency,
+            "train/input_wait_share": figures.input_wait_share, "train/mfu": figures.mfu}
 
 
 def write_history(history: list[dict], perf: list[dict], directory: Path) -> None:

@@ -1,0 +1,106 @@
+"""What a user reads: `dvc exp show` and `dvc metrics show` with the headline figures only, and a
+`dvc repro` console with wellfed's lines but none of Ray's or MLflow's internals, while a real
+worker error still shows its message."""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+import subprocess
+
+import pytest
+import yaml
+
+from tests.e2e.pipeline import make_project, run
+
+pytestmark = pytest.mark.e2e
+
+HEADLINE = {"eval/accuracy", "eval/macro_f1", "val/loss", "val/accuracy", "train/seconds",
+            "train/rows", "train/real_tokens_per_s", "train/padding_efficiency",
+            "train/input_wait_share", "train/mfu"}
+# Lines from Ray's and MLflow's own loggers, as each formats them.
+NOISE = {
+    "Ray Python logger": re.compile(r"\b(DEBUG|INFO|WARNING|ERROR) [\w.]+\.py:\d+ -- "),
+    "Ray C++ log (core_worker.cc, ...)": re.compile(r"\[[\d-]+ [\d:,]+ [DIWE] \d+ \d+\] \w+\.cc:\d+"),
+    "MLflow / alembic logger": re.compile(r"\b(INFO|WARNING)\s+\[?(mlflow|alembic)[\w.]*\]?:?"),
+    "Ray raylet / log-dedup notice": re.compile(r"\(raylet\)|Ray deduplicates logs"),
+    "a traceback": re.compile(r"Traceback \(most recent call last\)"),
+}
+
+
+def noise(console: str) -> list[str]:
+    return [f"{name}: {line}" for line in console.splitlines()
+            for name, pattern in NOISE.items() if pattern.search(line)]
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory, tiny_model_dir):
+    """A tiny pipeline run by `dvc repro` (its console kept), committed, then two experiments."""
+    dest = tmp_path_factory.mktemp("console")
+    make_project(dest, {"model": {"name": str(tiny_model_dir), "init": "random"},
+                        "train": {"epochs": 1, "lr": 2e-3, "global_batch_size": 16,
+                                  "micro_batch_size": 8, "eval_every": 10, "report_every": 5,
+                                  "checkpoint_every": 10},
+                        "ray": {"num_workers": 1, "cpus_per_worker": 1}},
+                 {"train.tsv": 200, "dev.tsv": 50, "test.tsv": 50})
+    proc = run(["dvc", "repro"], dest)
+    run(["git", "add", "-A"], dest)
+    run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "-m", "run"], dest)
+    for lr in ("0.001", "0.004"):
+        run(["dvc", "exp", "run", "-S", f"train.lr={lr}"], dest)
+    return dest, proc.stdout + proc.stderr
+
+
+def test_repro_console_has_wellfed_lines_and_no_ray_or_mlflow_internals(project):
+    _, console = project
+    for line in ("[wellfed] ray: local", "[wellfed] step 13/13", "[wellfed] train done:",
+                 "[wellfed] evaluate on test (50 rows)"):
+        assert line in console, line
+    assert noise(console) == [], console
+
+
+def test_exp_show_has_the_headline_columns_and_few_metrics(project):
+    dest, _ = project
+    table = list(csv.DictReader(io.StringIO(run(["dvc", "exp", "show", "--csv"], dest).stdout)))
+    params = {f"{section}.{key}" for section, values in
+              yaml.safe_load((dest / "params.yaml").read_text()).items() for key in values}
+    fixed = {"Experiment", "rev", "typ", "Created", "parent", "State", "Executor"}
+    metrics = [c for c in table[0] if c not in fixed | params and not (dest / c).exists()]
+    assert set(metrics) == HEADLINE and len(metrics) < 20, metrics
+    experiments = [row for row in table if row["typ"] != "baseline"]
+    assert sorted(row["train.lr"] for row in experiments) == ["0.001", "0.004"]
+    assert all(0 <= float(row["eval/accuracy"]) <= 1 for row in experiments)
+
+
+def test_metrics_show_and_diff_stay_small(project):
+    dest, _ = project
+    header = run(["dvc", "metrics", "show"], dest).stdout.splitlines()[0].split()
+    assert header[0] == "Path" and set(header[1:]) == HEADLINE and len(header) < 20, header
+    names = [row["Experiment"] for row in csv.DictReader(io.StringIO(
+        run(["dvc", "exp", "show", "--csv"], dest).stdout)) if row["typ"] != "baseline"]
+    assert len(names) == 2
+    diff = run(["dvc", "metrics", "diff", *names], dest).stdout.splitlines()
+    assert diff[0].split() == ["Path", "Metric", *names, "Change"], diff
+    assert 0 < len(diff) - 1 <= len(HEADLINE)  # one row per changed headline figure
+    assert {line.split()[1] for line in diff[1:]} <= HEADLINE, diff
+
+
+def test_a_worker_error_still_shows_its_message(project, tmp_path):
+    """The weights a `model.init: pretrained` run needs are missing: the worker raises, and the
+    stage ends with the worker's own message (and Ray's traceback of it), not a quiet exit."""
+    dest, _ = project
+    broken = tmp_path / "broken"
+    subprocess.run(["cp", "-a", str(dest), str(broken)], check=True)
+    params = yaml.safe_load((broken / "params.yaml").read_text())
+    params["model"]["init"] = "pretrained"  # the tiny model directory holds a config, no weights
+    params["ray"]["max_failures"] = 0
+    (broken / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    proc = run(["dvc", "repro", "train"], broken, check=False)
+    assert proc.returncode != 0
+    last = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(last) == 1 and last[0].startswith("error: training failed (worker 0: OSError: "), \
+        proc.stderr[-3000:]
+    assert "no file named model.safetensors" in last[0]
+    console = proc.stdout + proc.stderr
+    assert [n for n in noise(console) if not n.startswith("a traceback")] == [], console
