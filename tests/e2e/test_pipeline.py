@@ -118,3 +118,17 @@ def test_second_repro_does_nothing_and_an_experiment_is_a_new_run(project):
     assert len(runs) == 2
     assert runs[1].data.params["train.lr"] == "0.001"
     assert runs[1].data.tags.get("dvc.exp_name")
+
+
+def test_editing_a_module_evaluate_imports_marks_evaluate_changed(project):
+    """dvc.yaml's deps are true (tests/test_pipeline_deps.py): a change to batching.py, which
+    evaluate imports through the token-file gather, makes `dvc status` call evaluate changed."""
+    dest, _ = project
+    module = dest / "src" / "wellfed" / "data" / "batching.py"
+    original = module.read_text()
+    try:
+        module.write_text(original + "\n# touched\n")
+        out = run(["dvc", "status", "evaluate"], dest).stdout
+        assert "evaluate:" in out and "modified:" in out and "src/wellfed/data/batching.py" in out
+    finally:
+        module.write_text(original)
