@@ -95,7 +95,9 @@ def scored(tmp_path_factory, tiny_model_dir):
 
 def test_evaluate_keys_metrics_by_safe_key_and_keeps_the_label_text(scored):
     root, client, run_id = scored
-    metrics = json.loads((root / "eval" / "metrics.json").read_text())
+    assert set(json.loads((root / "eval" / "metrics.json").read_text())) == {
+        "eval/accuracy", "eval/macro_f1"}  # the DVC metrics: headline only
+    metrics = json.loads((root / "eval" / "report.json").read_text())
     assert list(metrics["per_class"]) == ["refund", "card_lost", "naïve_café"]
     assert [c["label"] for c in metrics["per_class"].values()] == AWKWARD
     assert sum(c["support"] for c in metrics["per_class"].values()) == 30
