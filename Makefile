@@ -1,7 +1,10 @@
 # wellfed: `make run` sets up and runs the pipeline; `make test` sets up and runs the tests.
 VENV  ?= .venv
-# A CPU build from this machine's disk; on a GPU box use e.g. `make TORCH=torch run`.
+# torch goes in first, as its own step, so the build is yours to choose (README, "Install"):
+# TORCH is a pip requirement, TORCH_INDEX an index to take it from instead of PyPI, e.g. the
+# CPU-only builds: make TORCH_INDEX=https://download.pytorch.org/whl/cpu run
 TORCH ?= torch==2.13.0
+TORCH_INDEX ?=
 BIN   := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 export HF_HUB_OFFLINE ?= 1
@@ -19,13 +22,13 @@ install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q "$(TORCH)"
+	$(BIN)/python -m pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH)"
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $@
 
 run: install            ## prepare -> tokenize -> train -> evaluate on the offline default
 	dvc repro
-	@echo "done: data/eval/metrics.json, data/train/diagnosis.md; compare runs with 'make ui' or 'dvc metrics show'"
+	@echo "done: data/eval/metrics.json, data/train/diagnosis.md; compare runs with 'dvc exp show --only-changed' or 'make ui'"
 
 test: install           ## the whole suite, slow real-data tests included (CI)
 	python -m pytest tests -s --durations=12

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import re
 import subprocess
 
 import pytest
 import yaml
 
-from tests.e2e.pipeline import make_project, run
+from tests.e2e.pipeline import make_project, mlflow_runs, run
 
 pytestmark = pytest.mark.e2e
 
@@ -71,6 +72,18 @@ def test_exp_show_has_the_headline_columns_and_few_metrics(project):
     experiments = [row for row in table if row["typ"] != "baseline"]
     assert sorted(row["train.lr"] for row in experiments) == ["0.001", "0.004"]
     assert all(0 <= float(row["eval/accuracy"]) <= 1 for row in experiments)
+
+
+def test_a_headline_metric_has_the_same_name_and_value_in_mlflow(project):
+    dest, _ = project
+    dvc = {**json.loads((dest / "data/train/metrics.json").read_text()),
+           **json.loads((dest / "data/eval/metrics.json").read_text())}
+    assert set(dvc) == HEADLINE
+    _, runs = mlflow_runs(dest)
+    assert len(runs) == 3  # the repro and two experiments; the workspace holds the last one
+    logged = runs[-1].data.metrics
+    for key, value in dvc.items():
+        assert logged[key] == pytest.approx(value), key
 
 
 def test_metrics_show_and_diff_stay_small(project):
