@@ -12,7 +12,7 @@ from wellfed.cli import stage
 from wellfed.config import SECTIONS, flatten, load_params
 from wellfed.outputs import atomic_path, write_json
 from wellfed.telemetry import diagnosis, plots
-from wellfed.train import driver
+from wellfed.train import driver, runs
 
 
 @stage
@@ -55,7 +55,7 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir):
     tracking.log_artifacts(uri, run_id, model_dir, "model")
     write_json(out / "run.json", {"mlflow_run_id": run_id, "tracking_uri": uri,
                                   "ray_run": info["name"]})
-    driver.mark_complete(info, run_id)
+    runs.mark_complete(info, run_id)
     print(f"[wellfed] train done: {', '.join(f'{k} {v:.4g}' for k, v in metrics.items())} "
           f"(MLflow run {run_id})")
 

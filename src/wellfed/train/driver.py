@@ -1,32 +1,25 @@
 """The driver: validate, connect to Ray, run the TorchTrainer, collect the final model.
 
-Resuming is deliberate: Ray resumes any run whose storage path and name are reused, so the name
-is a hash of everything that defines the run (params, model, token files). Unchanged inputs after
-an interrupted run → resume from its last checkpoint into the same MLflow run; changed inputs →
-a new name, a fresh start. A completed run's directory is cleared before a forced re-run.
+`fit` reads top to bottom: check the request, plan the run (train/runs.py: name, storage,
+resume), connect, open the MLflow run, run the trainer, finish (final checkpoint, backlog,
+cleanup).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 import shutil
 import sys
-from dataclasses import asdict
 from pathlib import Path
-
-import pyarrow.fs as pafs
 
 from wellfed import privacy, tracking
 from wellfed.cli import StageError
 from wellfed.data import staging
 from wellfed.config import DataConfig, ModelConfig, RayConfig, TrainConfig
-from wellfed.train import checkpoint
+from wellfed.train import checkpoint, runs
 
 log = logging.getLogger(__name__)
-RUN_FILE = "wellfed_run.json"
 
 
 class TrainingFailed(StageError):
@@ -44,20 +37,6 @@ def worker_failure(err: Exception) -> TrainingFailed:
     return TrainingFailed(f"training failed ({detail}); the last good checkpoint is kept and a "
                           "rerun of `dvc repro` resumes from it. Full traceback: Ray's logs "
                           "under /tmp/ray/session_latest/logs")
-
-
-def file_digest(paths: list[Path]) -> str:
-    h = hashlib.sha256()
-    for path in paths:
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-    return h.hexdigest()
-
-
-def run_name(train: TrainConfig, model: ModelConfig, ray_cfg: RayConfig, data_hash: str) -> str:
-    key = json.dumps([asdict(train), asdict(model), ray_cfg.num_workers, data_hash], sort_keys=True)
-    return "wf-" + hashlib.sha256(key.encode()).hexdigest()[:12]
 
 
 def check_resources(ray_cfg: RayConfig, use_gpu: bool) -> None:
@@ -162,52 +141,92 @@ def connect(ray_cfg: RayConfig) -> None:
              len([n for n in ray.nodes() if n["Alive"]]), res.get("CPU", 0), res.get("GPU", 0))
 
 
-def prepare_storage(storage_uri: str, name: str) -> str | None:
-    """When the run `name` was interrupted, its MLflow run id (to resume); else clear it."""
-    fs, root = staging.filesystem(storage_uri)
-    info = f"{root}/{name}/{RUN_FILE}"
-    if staging.exists(fs, info):
-        with fs.open_input_stream(info) as f:
-            saved = json.loads(f.read())
-        if not saved.get("complete"):
-            return saved.get("mlflow_run_id")
-    if staging.exists(fs, f"{root}/{name}"):
-        fs.delete_dir(f"{root}/{name}")  # a completed run re-run on purpose: start fresh
-    return None
+def check_request(train_cfg: TrainConfig, ray_cfg: RayConfig) -> None:
+    if train_cfg.global_batch_size < ray_cfg.num_workers:
+        raise ValueError(f"train.global_batch_size ({train_cfg.global_batch_size}) is smaller than "
+                         f"ray.num_workers ({ray_cfg.num_workers}); every worker needs at least "
+                         "one row per step")
+    preflight(train_cfg, ray_cfg)
 
 
-def resume_step(storage_uri: str, name: str) -> int | None:
-    """The step of the checkpoint Ray will resume from: the latest one its checkpoint manager
-    registered (a checkpoint directory written but never registered is not used)."""
-    fs, root = staging.filesystem(storage_uri)
+def wants_gpu(ray_cfg: RayConfig) -> bool:
+    import ray
+
+    return (ray_cfg.use_gpu == "true" or
+            (ray_cfg.use_gpu == "auto" and ray.cluster_resources().get("GPU", 0) > 0))
+
+
+def open_run(run: runs.Run, uri: str, experiment: str, params: dict, tags: dict,
+             derived: dict, storage: Path) -> tuple[str, Path]:
+    """Start (or resume) the MLflow run, record it in the run file, log a backlog an interrupted
+    run left, log params; return (run id, backlog path)."""
+    from wellfed.train.callback import flush_backlog
+
+    run_id = tracking.start_run(uri, experiment, run.name, run.resume_id)
+    if run.resume_id == run_id:  # the step it resumes from is rank 0's line, once training starts
+        where = ("" if runs.resume_step(run.storage_uri, run.name) else
+                 ": no checkpoint was registered, starting from step 0")
+        print(f"[wellfed] resuming interrupted run {run.name} (MLflow run {run_id}){where}",
+              flush=True)
+    runs.write_run_file(run.storage_uri, run.name, run_id, complete=False)
+    storage.mkdir(parents=True, exist_ok=True)
+    backlog = storage.resolve() / f".{run.name}.mlflow-backlog.jsonl"  # on the driver's node
+    flush_backlog(uri, run_id, backlog)  # left by an interrupted run: log it before resuming
+    tracking.log_params(uri, run_id, {**params, **derived},
+                        {**tags, **tracking.library_versions(), "data.tokens_sha256": run.data_hash})
+    return run_id, backlog
+
+
+def run_trainer(loop_config: dict, ray_cfg: RayConfig, use_gpu: bool, run: runs.Run, uri: str,
+                run_id: str, backlog: Path):
+    """The TorchTrainer over train_loop_per_worker, inside the MLflow run (whose system metrics
+    cover the driver node); returns Ray's result."""
+    import mlflow
+    import ray.train
+    from ray.train.torch import TorchTrainer
+
+    from wellfed.train.callback import MlflowCallback
+    from wellfed.train.worker import train_loop_per_worker
+
+    trainer = TorchTrainer(
+        train_loop_per_worker, train_loop_config=loop_config,
+        scaling_config=ray.train.ScalingConfig(
+            num_workers=ray_cfg.num_workers, use_gpu=use_gpu,
+            resources_per_worker={"CPU": ray_cfg.cpus_per_worker},
+            placement_strategy=ray_cfg.placement_strategy),
+        run_config=ray.train.RunConfig(
+            name=run.name, storage_path=run.storage_uri,
+            failure_config=ray.train.FailureConfig(max_failures=ray_cfg.max_failures),
+            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2),
+            callbacks=[MlflowCallback(uri, run_id, str(backlog))],
+            logging_config=ray.train.LoggingConfig(log_level="WARNING")),
+    )
+    mlflow.set_tracking_uri(uri)
+    mlflow.system_metrics.set_system_metrics_node_id(f"driver-{os.uname().nodename}")
+    with mlflow.start_run(run_id=run_id, log_system_metrics=True):
+        try:
+            return trainer.fit()
+        except ray.train.TrainingFailedError as err:
+            raise worker_failure(err) from None
+
+
+def finish(result, run: runs.Run, uri: str, run_id: str, backlog: Path) -> None:
+    """After training: a final checkpoint must exist, held-back metrics are logged, superseded
+    and orphaned checkpoints go."""
+    from wellfed.train.callback import flush_backlog
+
+    if result.checkpoint is None:
+        raise StageError(f"training finished without a checkpoint; see {run.storage_uri}/{run.name}")
     try:
-        with fs.open_input_stream(f"{root}/{name}/checkpoint_manager_snapshot.json") as f:
-            latest = json.loads(f.read())["latest_checkpoint_result"]["checkpoint_dir_name"]
-        with fs.open_input_stream(f"{root}/{name}/{latest}/{checkpoint.STATE}") as f:
-            return int(json.loads(f.read())["step"])
-    except (OSError, KeyError, TypeError, ValueError):
-        return None
-
-
-def write_run_file(storage_uri: str, name: str, run_id: str, complete: bool) -> None:
-    fs, root = staging.filesystem(storage_uri)
-    fs.create_dir(f"{root}/{name}", recursive=True)
-    with fs.open_output_stream(f"{root}/{name}/{RUN_FILE}") as f:
-        f.write(json.dumps({"mlflow_run_id": run_id, "complete": complete}).encode())
-
-
-def remove_orphans(storage_uri: str, name: str, keep: str) -> int:
-    """Delete checkpoint directories Ray never registered (a worker died while writing them)
-    and superseded ones; keep only the final checkpoint. Returns how many were removed."""
-    fs, root = staging.filesystem(storage_uri)
-    keep = keep.rstrip("/").rsplit("/", 1)[-1]
-    removed = 0
-    for info in fs.get_file_info(pafs.FileSelector(f"{root}/{name}", allow_not_found=True)):
-        if info.type == pafs.FileType.Directory and info.base_name.startswith("checkpoint_") \
-                and info.base_name != keep:
-            fs.delete_dir(info.path)
-            removed += 1
-    return removed
+        if flushed := flush_backlog(uri, run_id, backlog):
+            print(f"[wellfed] logged {flushed} metric values held back while MLflow was down")
+    except Exception as err:
+        raise StageError(f"MLflow at {uri} is still unreachable ({err}); training finished and "
+                         f"its metrics wait in {backlog}: rerun `dvc repro` once the tracking "
+                         "server is back to log them and finish the stage") from None
+    removed = runs.remove_orphans(run.storage_uri, run.name, result.checkpoint.path)
+    if removed:
+        print(f"[wellfed] removed {removed} superseded or orphaned checkpoint dir(s)", flush=True)
 
 
 def fit(*, tokens_dir: Path, model_source: str, labels: list[str], pad_id: int,
@@ -216,93 +235,36 @@ def fit(*, tokens_dir: Path, model_source: str, labels: list[str], pad_id: int,
         tags: dict) -> tuple[object, str, dict]:
     """Run training on Ray; return (final checkpoint, MLflow run id, run info)."""
     local_token_auth(ray_cfg)
-    import mlflow
     import ray
-    import ray.train
-    from ray.train.torch import TorchTrainer
 
-    from wellfed.train.callback import MlflowCallback, flush_backlog
     from wellfed.train.loop import TrainJob
-    from wellfed.train.worker import train_loop_per_worker
 
-    if train_cfg.global_batch_size < ray_cfg.num_workers:
-        raise ValueError(f"train.global_batch_size ({train_cfg.global_batch_size}) is smaller than "
-                         f"ray.num_workers ({ray_cfg.num_workers}); every worker needs at least "
-                         "one row per step")
-    preflight(train_cfg, ray_cfg)
-    data_hash = file_digest([tokens_dir / "train.arrow", tokens_dir / "validation.arrow"])
-    name = run_name(train_cfg, model_cfg, ray_cfg, data_hash)
-    storage_uri = ray_cfg.storage_path or str(storage.resolve())
-    resume_id = prepare_storage(storage_uri, name)
+    check_request(train_cfg, ray_cfg)
+    run = runs.plan(tokens_dir, train_cfg, model_cfg, ray_cfg,
+                    ray_cfg.storage_path or str(storage.resolve()))
     job = TrainJob(train=train_cfg, data=data_cfg, model=model_cfg, tokens_dir=tokens_dir.resolve(),
                    model_source=model_source, labels=tuple(labels), pad_id=pad_id)
     loop_config = {"job": job, "threads": ray_cfg.cpus_per_worker}
     connect(ray_cfg)
     try:
-        use_gpu = (ray_cfg.use_gpu == "true" or
-                   (ray_cfg.use_gpu == "auto" and ray.cluster_resources().get("GPU", 0) > 0))
+        use_gpu = wants_gpu(ray_cfg)
         check_resources(ray_cfg, use_gpu)
         if ray_cfg.storage_path:  # shared storage: every node reads the tokens from there
-            loop_config["tokens_uri"], sent = staging.upload(tokens_dir, storage_uri, data_hash)
-            loop_config["tokens_hash"] = data_hash
+            loop_config["tokens_uri"], sent = staging.upload(tokens_dir, run.storage_uri,
+                                                             run.data_hash)
+            loop_config["tokens_hash"] = run.data_hash
             print(f"[wellfed] token files {'uploaded to' if sent else 'already at'} "
                   f"{loop_config['tokens_uri']}", flush=True)
-        run_id = tracking.start_run(uri, experiment, name, resume_id)
-        if resume_id == run_id:  # the step it resumes from is rank 0's line, once training starts
-            where = ("" if resume_step(storage_uri, name) else
-                     ": no checkpoint was registered, starting from step 0")
-            print(f"[wellfed] resuming interrupted run {name} (MLflow run {run_id}){where}",
-                  flush=True)
-        write_run_file(storage_uri, name, run_id, complete=False)
-        storage.mkdir(parents=True, exist_ok=True)
-        backlog = storage.resolve() / f".{name}.mlflow-backlog.jsonl"  # on the driver's node
-        flush_backlog(uri, run_id, backlog)  # left by an interrupted run: log it before resuming
         derived = {"derived.world_size": ray_cfg.num_workers, "derived.use_gpu": use_gpu,
                    "derived.accumulation_steps": train_cfg.accumulation_steps(ray_cfg.num_workers),
-                   "derived.model_source": model_source, "derived.run_name": name,
-                   "derived.storage": storage_uri}
-        tracking.log_params(uri, run_id, {**params, **derived},
-                            {**tags, **tracking.library_versions(), "data.tokens_sha256": data_hash})
-        trainer = TorchTrainer(
-            train_loop_per_worker, train_loop_config=loop_config,
-            scaling_config=ray.train.ScalingConfig(
-                num_workers=ray_cfg.num_workers, use_gpu=use_gpu,
-                resources_per_worker={"CPU": ray_cfg.cpus_per_worker},
-                placement_strategy=ray_cfg.placement_strategy),
-            run_config=ray.train.RunConfig(
-                name=name, storage_path=storage_uri,
-                failure_config=ray.train.FailureConfig(max_failures=ray_cfg.max_failures),
-                checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2),
-                callbacks=[MlflowCallback(uri, run_id, str(backlog))],
-                logging_config=ray.train.LoggingConfig(log_level="WARNING")),
-        )
-        # MLflow's own system metrics (CPU, memory, GPU) for the driver node, into the same run.
-        mlflow.set_tracking_uri(uri)
-        mlflow.system_metrics.set_system_metrics_node_id(f"driver-{os.uname().nodename}")
-        with mlflow.start_run(run_id=run_id, log_system_metrics=True):
-            try:
-                result = trainer.fit()
-            except ray.train.TrainingFailedError as err:
-                raise worker_failure(err) from None
+                   "derived.model_source": model_source, "derived.run_name": run.name,
+                   "derived.storage": run.storage_uri}
+        run_id, backlog = open_run(run, uri, experiment, params, tags, derived, storage)
+        result = run_trainer(loop_config, ray_cfg, use_gpu, run, uri, run_id, backlog)
     finally:
         ray.shutdown()
-    if result.checkpoint is None:
-        raise StageError(f"training finished without a checkpoint; see {storage_uri}/{name}")
-    try:
-        if flushed := flush_backlog(uri, run_id, backlog):
-            print(f"[wellfed] logged {flushed} metric values held back while MLflow was down")
-    except Exception as err:
-        raise StageError(f"MLflow at {uri} is still unreachable ({err}); training finished and "
-                         f"its metrics wait in {backlog}: rerun `dvc repro` once the tracking "
-                         "server is back to log them and finish the stage") from None
-    removed = remove_orphans(storage_uri, name, result.checkpoint.path)
-    if removed:
-        print(f"[wellfed] removed {removed} superseded or orphaned checkpoint dir(s)", flush=True)
-    return result.checkpoint, run_id, {"storage": storage_uri, "name": name}
-
-
-def mark_complete(info: dict, run_id: str) -> None:
-    write_run_file(info["storage"], info["name"], run_id, complete=True)
+    finish(result, run, uri, run_id, backlog)
+    return result.checkpoint, run_id, run.info()
 
 
 def export_model(final, tokens_dir: Path, model_out: Path, uri: str, run_id: str) -> list[dict]:

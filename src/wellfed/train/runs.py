@@ -1,0 +1,117 @@
+"""Run bookkeeping, in one place: what names a training run, where its checkpoints and run file
+live, whether it resumes, and what is cleaned up when it completes.
+
+Resuming is deliberate: Ray resumes any run whose storage path and name are reused, so the name
+is a hash of everything that defines the run's result (train/model params and the token files).
+Unchanged inputs after an interrupted run -> resume from its last registered checkpoint into the
+same MLflow run; changed inputs -> a new name, a fresh start. A completed run's directory is
+cleared before a forced re-run. The run file (`wellfed_run.json` beside Ray's own records) holds
+the MLflow run id and whether the run completed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pyarrow.fs as pafs
+
+from wellfed.config import ModelConfig, RayConfig, TrainConfig
+from wellfed.data import staging
+from wellfed.train import checkpoint
+
+RUN_FILE = "wellfed_run.json"
+
+
+@dataclass(frozen=True)
+class Run:
+    """One training run's identity and storage."""
+
+    name: str
+    """wf-<hash>: also Ray's run name, so reusing it resumes."""
+    storage_uri: str
+    """Where Ray keeps the run's checkpoints (a local folder or shared storage)."""
+    data_hash: str
+    """sha256 of the train and validation token files."""
+    resume_id: str | None
+    """The MLflow run id of an interrupted run with this name, or None for a fresh start."""
+
+    def info(self) -> dict:
+        return {"storage": self.storage_uri, "name": self.name}
+
+
+def plan(tokens_dir: Path, train_cfg: TrainConfig, model_cfg: ModelConfig, ray_cfg: RayConfig,
+         storage_uri: str) -> Run:
+    """Name the run from its inputs and find out whether it resumes an interrupted one."""
+    data_hash = file_digest([tokens_dir / "train.arrow", tokens_dir / "validation.arrow"])
+    name = run_name(train_cfg, model_cfg, ray_cfg, data_hash)
+    return Run(name, storage_uri, data_hash, prepare_storage(storage_uri, name))
+
+
+def file_digest(paths: list[Path]) -> str:
+    h = hashlib.sha256()
+    for path in paths:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
+def run_name(train: TrainConfig, model: ModelConfig, ray_cfg: RayConfig, data_hash: str) -> str:
+    key = json.dumps([asdict(train), asdict(model), ray_cfg.num_workers, data_hash], sort_keys=True)
+    return "wf-" + hashlib.sha256(key.encode()).hexdigest()[:12]
+
+
+def prepare_storage(storage_uri: str, name: str) -> str | None:
+    """When the run `name` was interrupted, its MLflow run id (to resume); else clear it."""
+    fs, root = staging.filesystem(storage_uri)
+    info = f"{root}/{name}/{RUN_FILE}"
+    if staging.exists(fs, info):
+        with fs.open_input_stream(info) as f:
+            saved = json.loads(f.read())
+        if not saved.get("complete"):
+            return saved.get("mlflow_run_id")
+    if staging.exists(fs, f"{root}/{name}"):
+        fs.delete_dir(f"{root}/{name}")  # a completed run re-run on purpose: start fresh
+    return None
+
+
+def resume_step(storage_uri: str, name: str) -> int | None:
+    """The step of the checkpoint Ray will resume from: the latest one its checkpoint manager
+    registered (a checkpoint directory written but never registered is not used)."""
+    fs, root = staging.filesystem(storage_uri)
+    try:
+        with fs.open_input_stream(f"{root}/{name}/checkpoint_manager_snapshot.json") as f:
+            latest = json.loads(f.read())["latest_checkpoint_result"]["checkpoint_dir_name"]
+        with fs.open_input_stream(f"{root}/{name}/{latest}/{checkpoint.STATE}") as f:
+            return int(json.loads(f.read())["step"])
+    except (OSError, KeyError, TypeError, ValueError):
+        return None
+
+
+def write_run_file(storage_uri: str, name: str, run_id: str, complete: bool) -> None:
+    fs, root = staging.filesystem(storage_uri)
+    fs.create_dir(f"{root}/{name}", recursive=True)
+    with fs.open_output_stream(f"{root}/{name}/{RUN_FILE}") as f:
+        f.write(json.dumps({"mlflow_run_id": run_id, "complete": complete}).encode())
+
+
+def remove_orphans(storage_uri: str, name: str, keep: str) -> int:
+    """Delete checkpoint directories Ray never registered (a worker died while writing them)
+    and superseded ones; keep only the final checkpoint. Returns how many were removed."""
+    fs, root = staging.filesystem(storage_uri)
+    keep = keep.rstrip("/").rsplit("/", 1)[-1]
+    removed = 0
+    for info in fs.get_file_info(pafs.FileSelector(f"{root}/{name}", allow_not_found=True)):
+        if info.type == pafs.FileType.Directory and info.base_name.startswith("checkpoint_") \
+                and info.base_name != keep:
+            fs.delete_dir(info.path)
+            removed += 1
+    return removed
+
+
+def mark_complete(info: dict, run_id: str) -> None:
+    """The stage finished (model exported, metrics written): a rerun now starts fresh."""
+    write_run_file(info["storage"], info["name"], run_id, complete=True)
