@@ -19,6 +19,11 @@ def fails_deep(kind):
         raise TrainingFailed("training failed (worker 1: RuntimeError: loss was not finite)")
     if kind == "bug":
         return {}["missing"]
+    if kind == "ctrl-c":
+        raise KeyboardInterrupt
+    if kind == "ctrl-c-train":
+        from wellfed.cli import Interrupted
+        raise Interrupted("training stopped by Ctrl-C (the checkpoint of step 40 is kept): rerun")
     raise ValueError("train.lr must be a number; got 'fast'\\nsecond line")
 
 @stage
@@ -65,3 +70,13 @@ def test_a_bug_keeps_its_traceback_in_a_file_or_on_request(tmp_path):
 
 def test_case_table_is_complete():
     assert len(CASES) == 4
+
+
+@pytest.mark.parametrize("kind, line", [
+    ("ctrl-c", "[wellfed] stopped by Ctrl-C; stages already finished are kept: rerun `dvc repro`"),
+    ("ctrl-c-train", "[wellfed] training stopped by Ctrl-C (the checkpoint of step 40 is kept)")])
+def test_ctrl_c_is_one_line_saying_where_it_stopped(tmp_path, kind, line):
+    proc = run_toy(tmp_path, kind)
+    assert proc.returncode == 130
+    assert proc.stderr.strip().startswith(line) and len(proc.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in proc.stderr

@@ -17,6 +17,14 @@ import traceback
 from wellfed import privacy
 
 
+INTERRUPTED = ("stopped by Ctrl-C; stages already finished are kept: rerun `dvc repro` to go on "
+               "from there")
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C in a stage that can say more (where training stopped); str() is the line."""
+
+
 class StageError(Exception):
     """A failure whose message is complete for a person (what failed, and what to do about it);
     the stage prints it as one `error:` line. Raise it (or a subclass) for failures that are not
@@ -110,6 +118,9 @@ def stage(main):
             sys.exit(f"usage: {os.path.basename(sys.argv[0])} {names}")
         try:
             main(*args)
+        except KeyboardInterrupt as err:  # Ctrl-C: where it stopped and how to go on, one line
+            print(f"[wellfed] {one_line(str(err)) or INTERRUPTED}", file=sys.stderr)
+            sys.exit(130)
         except Exception as err:
             text = message(err)
             if text is None:

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from wellfed import privacy, tracking
-from wellfed.cli import StageError
+from wellfed.cli import Interrupted, StageError
 from wellfed.data import staging
 from wellfed.config import DataConfig, ModelConfig, RayConfig, TrainConfig
 from wellfed.train import checkpoint, runs
@@ -260,7 +260,13 @@ def fit(*, tokens_dir: Path, model_source: str, labels: list[str], pad_id: int,
                    "derived.model_source": model_source, "derived.run_name": run.name,
                    "derived.storage": run.storage_uri}
         run_id, backlog = open_run(run, uri, experiment, params, tags, derived, storage)
-        result = run_trainer(loop_config, ray_cfg, use_gpu, run, uri, run_id, backlog)
+        try:
+            result = run_trainer(loop_config, ray_cfg, use_gpu, run, uri, run_id, backlog)
+        except KeyboardInterrupt:
+            step = runs.resume_step(run.storage_uri, run.name)
+            kept = f"the checkpoint of step {step} is kept" if step else "no checkpoint yet"
+            raise Interrupted(f"training stopped by Ctrl-C ({kept}): rerun `dvc repro` to resume "
+                              f"run {run.name} from there, into the same MLflow run") from None
     finally:
         ray.shutdown()
     finish(result, run, uri, run_id, backlog)
