@@ -56,8 +56,9 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir):
     write_json(out / "run.json", {"mlflow_run_id": run_id, "tracking_uri": uri,
                                   "ray_run": info["name"]})
     runs.mark_complete(info, run_id)
-    print(f"[wellfed] train done: {', '.join(f'{k} {v:.4g}' for k, v in metrics.items())} "
-          f"(MLflow run {run_id})")
+    shown = ", ".join(f"{k} {v:.4g}" if abs(v) < 1000 else f"{k} {v:.0f}"
+                      for k, v in metrics.items())
+    print(f"[wellfed] train done: {shown} (MLflow run {run_id})")
 
 
 if __name__ == "__main__":
