@@ -4,6 +4,7 @@ usage: python stages/train.py TOKENS_DIR MODEL_DIR TRAIN_DIR CHECKPOINT_DIR
 """
 
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from wellfed.cli import stage
 from wellfed.config import SECTIONS, flatten, load_params
 from wellfed.outputs import atomic_path, write_json
 from wellfed.telemetry import diagnosis, plots
-from wellfed.train import driver, runs
+from wellfed.train import driver, preemption, runs
 
 
 @stage
@@ -25,11 +26,15 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir):
     meta = json.loads((tokens / "meta.json").read_text())
     uri = tracking.tracking_uri(mlflow_cfg.tracking_uri, Path.cwd())
     started = time.time()
-    checkpoint, run_id, info = driver.fit(
-        tokens_dir=tokens, model_source=meta["model_source"], labels=meta["labels"],
-        pad_id=meta["pad_id"], model_cfg=model_cfg, train_cfg=train_cfg, data_cfg=data_cfg,
-        ray_cfg=ray_cfg, storage=Path(checkpoint_dir), uri=uri,
-        experiment=mlflow_cfg.experiment, params=params, tags=tracking.git_tags(Path.cwd()))
+    try:
+        checkpoint, run_id, info = driver.fit(
+            tokens_dir=tokens, model_source=meta["model_source"], labels=meta["labels"],
+            pad_id=meta["pad_id"], model_cfg=model_cfg, train_cfg=train_cfg, data_cfg=data_cfg,
+            ray_cfg=ray_cfg, storage=Path(checkpoint_dir), uri=uri,
+            experiment=mlflow_cfg.experiment, params=params, tags=tracking.git_tags(Path.cwd()))
+    except preemption.Stopped as stop:  # SIGTERM (SLURM, spot) or Ctrl-C: one line, 128 + signal
+        print(f"[wellfed] {stop}", file=sys.stderr, flush=True)
+        sys.exit(stop.exit_code)
     history = driver.export_model(checkpoint, tokens, Path(model_dir), uri, run_id)
     seconds = time.time() - started
     driver.write_history(history, tracking.metric_table(uri, run_id, tracking.PERF_CURVE),

@@ -17,7 +17,7 @@ from wellfed import privacy, tracking
 from wellfed.cli import Interrupted, StageError
 from wellfed.data import staging
 from wellfed.config import DataConfig, ModelConfig, RayConfig, TrainConfig
-from wellfed.train import checkpoint, runs
+from wellfed.train import checkpoint, preemption, runs
 
 log = logging.getLogger(__name__)
 
@@ -166,8 +166,8 @@ def open_run(run: runs.Run, uri: str, experiment: str, params: dict, tags: dict,
     if run.resume_id == run_id:  # the step it resumes from is rank 0's line, once training starts
         where = ("" if runs.resume_step(run.storage_uri, run.name) else
                  ": no checkpoint was registered, starting from step 0")
-        print(f"[wellfed] resuming interrupted run {run.name} (MLflow run {run_id}){where}",
-              flush=True)
+        print(f"[wellfed] resuming interrupted run {run.name} (MLflow run {run_id}){where}"
+              f"{world_size_change(uri, run_id, derived)}", flush=True)
     runs.write_run_file(run.storage_uri, run.name, run_id, complete=False)
     storage.mkdir(parents=True, exist_ok=True)
     backlog = storage.resolve() / f".{run.name}.mlflow-backlog.jsonl"  # on the driver's node
@@ -175,6 +175,31 @@ def open_run(run: runs.Run, uri: str, experiment: str, params: dict, tags: dict,
     tracking.log_params(uri, run_id, {**params, **derived},
                         {**tags, **tracking.library_versions(), "data.tokens_sha256": run.data_hash})
     return run_id, backlog
+
+
+def planned_steps(job) -> int:
+    from wellfed.data.shards import TokenFile
+    from wellfed.train.loop import total_steps
+
+    return total_steps(len(TokenFile(job.tokens_dir / "train.arrow")), job.train)
+
+
+def world_size_change(uri: str, run_id: str, derived: dict) -> str:
+    """On a resume: say so when the worker count differs from the one the run last had, and keep
+    every count the run has had in the tag `derived.world_sizes` (MLflow params cannot change,
+    so `derived.world_size` keeps the first)."""
+    import mlflow
+
+    client = mlflow.MlflowClient(uri)
+    run = client.get_run(run_id).data
+    world = derived["derived.world_size"]
+    sizes = run.tags.get("derived.world_sizes") or run.params.get("derived.world_size", "")
+    before = sizes.split(",")[-1] if sizes else ""
+    if not before or before == str(world):
+        return ""
+    client.set_tag(run_id, "derived.world_sizes", f"{sizes},{world}")
+    return (f", now on {world} worker(s) instead of {before}: the same global batch, "
+            f"{derived['derived.accumulation_steps']} micro-batch(es) per worker per step")
 
 
 def run_trainer(loop_config: dict, ray_cfg: RayConfig, use_gpu: bool, run: runs.Run, uri: str,
@@ -188,6 +213,7 @@ def run_trainer(loop_config: dict, ray_cfg: RayConfig, use_gpu: bool, run: runs.
     from wellfed.train.callback import MlflowCallback
     from wellfed.train.worker import train_loop_per_worker
 
+    loop_config = {**loop_config, "stop_flag": preemption.new_stop_flag()}
     trainer = TorchTrainer(
         train_loop_per_worker, train_loop_config=loop_config,
         scaling_config=ray.train.ScalingConfig(
@@ -205,9 +231,14 @@ def run_trainer(loop_config: dict, ray_cfg: RayConfig, use_gpu: bool, run: runs.
     mlflow.system_metrics.set_system_metrics_node_id(f"driver-{os.uname().nodename}")
     with mlflow.start_run(run_id=run_id, log_system_metrics=True):
         try:
-            return trainer.fit()
+            return preemption.run_stoppable(trainer.fit, loop_config["stop_flag"],
+                                            lambda: runs.resume_step(run.storage_uri, run.name),
+                                            planned_steps(loop_config["job"]))
         except ray.train.TrainingFailedError as err:
             raise worker_failure(err) from None
+        except preemption.Stopped:
+            mlflow.end_run("KILLED")  # resumable, not failed; a rerun sets it running again
+            raise
 
 
 def finish(result, run: runs.Run, uri: str, run_id: str, backlog: Path) -> None:
@@ -240,12 +271,13 @@ def fit(*, tokens_dir: Path, model_source: str, labels: list[str], pad_id: int,
     from wellfed.train.loop import TrainJob
 
     check_request(train_cfg, ray_cfg)
-    run = runs.plan(tokens_dir, train_cfg, model_cfg, ray_cfg,
+    run = runs.plan(tokens_dir, train_cfg, model_cfg,
                     ray_cfg.storage_path or str(storage.resolve()))
     job = TrainJob(train=train_cfg, data=data_cfg, model=model_cfg, tokens_dir=tokens_dir.resolve(),
                    model_source=model_source, labels=tuple(labels), pad_id=pad_id)
     loop_config = {"job": job, "threads": ray_cfg.cpus_per_worker}
-    connect(ray_cfg)
+    with preemption.daemons_apart():  # so that a signal to dvc's process group spares them
+        connect(ray_cfg)
     try:
         use_gpu = wants_gpu(ray_cfg)
         check_resources(ray_cfg, use_gpu)

@@ -314,7 +314,8 @@ def train(job: TrainJob, place: Place, report: Report, *, resume: Path | None = 
                             "real_tokens": step.real_tokens, "padded_tokens": step.padded_tokens})
             last = state["step"] >= s.steps
             stopping = not last and stop is not None and stop()
-            do_eval = last or (cfg.eval_every and state["step"] % cfg.eval_every == 0)
+            do_eval = last or (not stopping and cfg.eval_every  # a stop has a deadline: no eval
+                               and state["step"] % cfg.eval_every == 0)
             do_ckpt = last or stopping or (cfg.checkpoint_every
                                            and state["step"] % cfg.checkpoint_every == 0)
             if not (do_eval or do_ckpt or state["step"] % cfg.report_every == 0):

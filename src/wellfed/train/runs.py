@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 
-from wellfed.config import ModelConfig, RayConfig, TrainConfig
+from wellfed.config import ModelConfig, TrainConfig
 from wellfed.data import staging
 from wellfed.train import checkpoint
 
@@ -42,11 +42,11 @@ class Run:
         return {"storage": self.storage_uri, "name": self.name}
 
 
-def plan(tokens_dir: Path, train_cfg: TrainConfig, model_cfg: ModelConfig, ray_cfg: RayConfig,
+def plan(tokens_dir: Path, train_cfg: TrainConfig, model_cfg: ModelConfig,
          storage_uri: str) -> Run:
     """Name the run from its inputs and find out whether it resumes an interrupted one."""
     data_hash = file_digest([tokens_dir / "train.arrow", tokens_dir / "validation.arrow"])
-    name = run_name(train_cfg, model_cfg, ray_cfg, data_hash)
+    name = run_name(train_cfg, model_cfg, data_hash)
     return Run(name, storage_uri, data_hash, prepare_storage(storage_uri, name))
 
 
@@ -59,8 +59,12 @@ def file_digest(paths: list[Path]) -> str:
     return h.hexdigest()
 
 
-def run_name(train: TrainConfig, model: ModelConfig, ray_cfg: RayConfig, data_hash: str) -> str:
-    key = json.dumps([asdict(train), asdict(model), ray_cfg.num_workers, data_hash], sort_keys=True)
+def run_name(train: TrainConfig, model: ModelConfig, data_hash: str) -> str:
+    """Not the worker count: every step's global batch is the same rows whatever the world size
+    (only their split over the ranks differs, wellfed.data.batching), and a checkpoint holds the
+    unwrapped model, the optimizer and the sampler position, so a run stopped on 2 GPUs resumes
+    on 1 with the same steps, into the same MLflow run."""
+    key = json.dumps([asdict(train), asdict(model), data_hash], sort_keys=True)
     return "wf-" + hashlib.sha256(key.encode()).hexdigest()[:12]
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from wellfed.train.loop import Place, TrainJob, train
+from wellfed.train.preemption import StopCheck
 
 
 def train_loop_per_worker(config: dict) -> None:
@@ -35,6 +36,7 @@ def train_loop_per_worker(config: dict) -> None:
                          if directory else None)
 
     saved = ray.train.get_checkpoint()
+    stop = StopCheck(config.get("stop_flag"))  # SIGTERM/SIGINT on the driver: preemption.py
     with saved.as_directory() if saved else contextlib.nullcontext() as resume:
         train(job, place, report, resume=Path(resume) if resume else None,
-              wrap=ray.train.torch.prepare_model)
+              wrap=ray.train.torch.prepare_model, stop=stop.check)

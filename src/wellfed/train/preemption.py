@@ -1,0 +1,208 @@
+"""Stop on SIGTERM/SIGINT: the workers finish the step under way, checkpoint it, and stop.
+
+SLURM (`--signal`) and spot machines send SIGTERM some seconds before they kill; Ctrl-C sends
+SIGINT. Either reaches the train stage's driver; the work since the last periodic checkpoint
+would be lost without this module.
+
+Why the driver tells the workers, rather than the workers catching the signal themselves:
+- The signal reaches the driver only. With `dvc repro` it goes to dvc's process group, which
+  holds dvc and the driver; Ray starts every worker (and the Train controller) in a process
+  group of its own, and on a cluster the workers are on other machines anyway. SLURM's
+  `B:` signal reaches the batch shell alone, which forwards it to that group.
+- A worker cannot install a Python signal handler: Ray Train runs the training function in a
+  thread, and only the main thread may.
+- Ray 2.60 Train's own preemption path (`ray.train.get_preemption_info`) is fed by Ray Core
+  node *drains* (autoscaler, KubeRay), not by signals; there is no public way to feed it.
+So the driver catches the signal (it runs `trainer.fit()` in a thread so that the main thread,
+the only one Python delivers signals to, stays free) and resolves a call that every worker
+left pending on a tiny `StopFlag` actor: a Ray-native channel that reaches any node, costs no
+RPC per step (a worker only checks whether its own pending call has resolved), and fails safe
+(if the actor dies, the call resolves with an error, which also reads as "stop").
+
+The workers must stop after the *same* step (DDP: a rank that stops early leaves the others
+waiting in an all-reduce), but the flag resolves at slightly different moments on each worker.
+So after every step the ranks all-reduce (MAX) one CPU float saying "I have seen it": one
+collective, over gloo even when the gradients go over NCCL, so it never syncs the GPU. Measured
+on this (busy) 2-core machine: 0.07 ms for the check on the pending call, 0.6 ms for the
+all-reduce between 2 ranks, per step.
+
+A second signal stops at once: the driver exits, taking Ray with it, and the work since the last
+registered checkpoint is lost, as before.
+
+Local Ray's daemons (GCS, raylet, ...) are children of the driver and would stay in dvc's
+process group, so the SIGTERM meant for the driver would kill them, and with them the workers,
+before any checkpoint. `daemons_apart` starts them in a process group of their own (they still
+die with the driver: Ray ties them to it with PR_SET_PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import threading
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+_daemon_group: int | None = None  # local Ray's daemons' process group (daemons_apart)
+
+
+def said(signum: int) -> str:
+    """A signal as a person knows it: `Ctrl-C (SIGINT)`, `SIGTERM`."""
+    name = signal.Signals(signum).name
+    return "Ctrl-C (SIGINT)" if signum == signal.SIGINT else name
+
+
+class Stopped(Exception):
+    """Training stopped on a signal; `str()` is the one line the stage prints."""
+
+    def __init__(self, signum: int, step: int | None, total: int, at_once: bool = False):
+        self.signum, self.step, self.total, self.at_once = signum, step, total, at_once
+        self.exit_code = 128 + signum  # the shell's convention: 143 = SIGTERM, 130 = SIGINT
+        name = said(signum)
+        how = f"at once by a second {name}" if at_once else f"by {name}"
+        resume = ("rerun `dvc repro` (or resubmit the same sbatch job) to resume from step "
+                  f"{step}")
+        if not step:
+            line = f"stopped {how} before the first checkpoint: a rerun starts from step 0"
+        elif at_once:
+            line = (f"stopped {how}: the steps after the last checkpoint (step {step} of "
+                    f"{total}) are lost; {resume}")
+        else:
+            line = f"stopped {how} at step {step} of {total}, checkpoint saved; {resume}"
+        super().__init__(line)
+
+
+class StopFlag:
+    """One per run: workers hold a pending `wait()` call that the driver's `request()` resolves."""
+
+    def __init__(self):
+        self.requested = asyncio.Event()
+
+    async def wait(self) -> bool:
+        await self.requested.wait()
+        return True
+
+    async def request(self) -> None:
+        self.requested.set()
+
+
+def new_stop_flag():
+    """The run's `StopFlag` actor (no CPU: it must fit beside the workers on any cluster)."""
+    import ray
+
+    return ray.remote(num_cpus=0)(StopFlag).remote()
+
+
+class StopCheck:
+    """Worker side: `check()` is True after the same step on every rank once the driver asked."""
+
+    def __init__(self, flag):
+        import torch
+        import torch.distributed as dist
+
+        self.pending = flag.wait.remote() if flag is not None else None
+        self.dist = dist if dist.is_initialized() and dist.get_world_size() > 1 else None
+        # Collective call: every rank creates the group, in the same order (here, at start).
+        self.group = (dist.new_group(backend="gloo")
+                      if self.dist and dist.get_backend() != "gloo" else None)
+        self.seen = torch.zeros(1)
+
+    def check(self) -> bool:
+        import ray
+
+        seen = self.pending is not None and bool(ray.wait([self.pending], timeout=0)[0])
+        if self.dist is None:
+            return seen
+        self.seen.fill_(float(seen))
+        self.dist.all_reduce(self.seen, op=self.dist.ReduceOp.MAX, group=self.group)
+        return bool(self.seen.item())
+
+
+class _AtOnce(BaseException):
+    """Raised in the main thread by a second signal (BaseException: nothing on the way eats it)."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+
+
+def run_stoppable(fit: Callable[[], T], flag, checkpoint_step: Callable[[], int | None],
+                  total: int) -> T:
+    """Run `fit` (Ray Train's blocking `trainer.fit`) with SIGTERM/SIGINT caught and return its
+    result. After a signal, raise `Stopped` once the workers have checkpointed and returned
+    (unless that was the final step). After a second one, print the `Stopped` line and end the
+    process right away, without Ray's orderly shutdown: `fit` is still inside `ray.get` in its
+    thread, and tearing Ray down under it ended the stage silently in two of the tests' runs.
+    Local Ray's daemons go with it (their agents would linger a minute on their own), the
+    workers with the raylet; on a cluster, Ray ends a job's actors when its driver goes."""
+    box: dict = {}
+    received: list[int] = []
+
+    def target() -> None:
+        try:
+            box["value"] = fit()
+        except BaseException as err:  # handed to the main thread, raised there
+            box["error"] = err
+
+    def on_signal(signum, frame) -> None:
+        if received:
+            raise _AtOnce(signum)
+        received.append(signum)
+        flag.request.remote()
+        print(f"[wellfed] {said(signum)}: finishing the current step and saving a "
+              "checkpoint (send it again to stop at once)", file=sys.stderr, flush=True)
+
+    # Not the main thread: Ray Train then skips its own SIGINT handler (which aborts the
+    # workers without a checkpoint) and the main thread stays free to run ours.
+    thread = threading.Thread(target=target, name="wellfed-fit", daemon=True)
+    previous = {s: signal.signal(s, on_signal) for s in SIGNALS}
+    try:
+        thread.start()
+        while thread.is_alive():
+            thread.join(0.2)
+    except _AtOnce as again:
+        stop = Stopped(again.signum, checkpoint_step(), total, at_once=True)
+        print(f"[wellfed] {stop}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        if _daemon_group:
+            with contextlib.suppress(OSError):
+                os.killpg(_daemon_group, signal.SIGKILL)
+        os._exit(stop.exit_code)
+    finally:
+        for s, handler in previous.items():
+            # Once stopping, what is left (Ray's shutdown, the line) is the stop itself: a later
+            # signal must not kill the stage before it says where it stopped. None: a handler
+            # installed outside Python (Ray's own).
+            signal.signal(s, signal.SIG_IGN if received else
+                          handler if handler is not None else signal.SIG_DFL)
+    if "error" in box:
+        raise box["error"]
+    if received:
+        step = checkpoint_step()
+        if step is None or step < total:
+            raise Stopped(received[0], step, total)
+    return box["value"]
+
+
+@contextlib.contextmanager
+def daemons_apart():
+    """Start local Ray's daemons in a process group of their own (see the module docstring):
+    the driver leaves its group while `ray.init` spawns them, then returns to it. A driver that
+    leads its own group (started straight from an interactive shell) cannot leave it; there the
+    daemons share its group and only Ctrl-C or a signal to the driver's pid is caught cleanly."""
+    global _daemon_group
+    own = os.getpgrp()
+    try:
+        os.setpgid(0, 0)
+    except OSError:  # already a session leader
+        yield
+        return
+    try:
+        yield
+    finally:
+        if own != os.getpid():
+            os.setpgid(0, own)
+            _daemon_group = os.getpid()  # now holds the daemons alone (none on a cluster)

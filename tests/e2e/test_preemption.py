@@ -1,0 +1,373 @@
+"""Preemption, for real: SIGTERM/SIGINT sent to `dvc repro`'s process group mid-training (as
+SLURM's batch script and a terminal's Ctrl-C send them), with periodic checkpoints far apart so
+that only the checkpoint written on the signal can save the work; then the rerun, on the same or
+a different number of workers."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import types
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+
+from tests.e2e.pipeline import env, make_project, mlflow_runs, run
+from tests.e2e.test_cluster import fresh, loss_steps, set_params
+
+STEPS = 2 * 38  # 600 rows / global batch 16 = 38 steps per epoch, 2 epochs
+REPORT_EVERY = 5
+STOPPED = re.compile(r"^\[wellfed\] stopped by (SIGTERM|Ctrl-C \(SIGINT\)) at step (\d+) of 76, "
+                     r"checkpoint saved; rerun `dvc repro` \(or resubmit the same sbatch job\) to "
+                     r"resume from step (\d+)$")
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory, tiny_model_dir):
+    """A tokenized project copy (tiny random BERT, 2 workers) whose periodic checkpoint never
+    comes: checkpoint_every is past the last step."""
+    dest = tmp_path_factory.mktemp("preempt")
+    make_project(dest, {"model": {"name": str(tiny_model_dir), "init": "random"},
+                        "train": {"epochs": 2, "lr": 2e-3, "global_batch_size": 16,
+                                  "micro_batch_size": 8, "report_every": REPORT_EVERY,
+                                  "checkpoint_every": 1000, "eval_every": 0},
+                        "ray": {"num_workers": 2, "cpus_per_worker": 1}})
+    run(["dvc", "repro", "tokenize"], dest)
+    return dest
+
+
+def start_repro(project: Path) -> subprocess.Popen:
+    """`dvc repro` leading a process group of its own, as a terminal or sbatch runs it."""
+    return subprocess.Popen(["dvc", "repro"], cwd=project, env=env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def logged_steps(project: Path) -> list[int]:
+    # Not before the stage has set up the MLflow store: a client opening a new sqlite store
+    # creates its tables, racing the stage doing the same. The run file is written after.
+    if not list((project / "data" / "checkpoints").glob("wf-*/wellfed_run.json")):
+        return []
+    try:
+        return loss_steps(project)
+    except Exception:  # no step logged yet
+        return []
+
+
+def wait_for_logged_step(project: Path, proc: subprocess.Popen, step: int,
+                         timeout: float = 400) -> int:
+    """Until MLflow holds train/loss at `step` or later (workers are at least that far)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        steps = logged_steps(project)
+        if steps and max(steps) >= step:
+            return max(steps)
+        assert proc.poll() is None, f"dvc repro ended early:\n{proc.stdout.read()[-3000:]}"
+        time.sleep(0.3)
+    raise AssertionError(f"step {step} was never logged")
+
+
+def signal_group(proc: subprocess.Popen, signum: int) -> str:
+    """Send `signum` to dvc repro's process group; return everything the run printed (dvc's
+    stdout pipe stays open until the last process writing to it, the train stage, has exited)."""
+    os.killpg(proc.pid, signum)
+    out, _ = proc.communicate(timeout=300)
+    deadline = time.time() + 30
+    while group(proc.pid) and time.time() < deadline:
+        time.sleep(0.5)
+    assert not group(proc.pid), group(proc.pid)  # nothing of the run is left behind
+    return out
+
+
+def group(pgid: int) -> list[str]:
+    """The live (not zombie) processes of a process group."""
+    alive = []
+    for p in psutil.process_iter(["pid", "status", "cmdline"]):
+        try:
+            if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
+                alive.append(" ".join(p.info["cmdline"] or []))
+        except (ProcessLookupError, psutil.Error):
+            pass
+    return alive
+
+
+def stopped_line(out: str, signame: str) -> int:
+    lines = [line for line in out.splitlines() if line.startswith("[wellfed] stopped")]
+    assert len(lines) == 1, out[-4000:]
+    match = STOPPED.match(lines[0])
+    assert match and match[1] == signame and match[2] == match[3], lines[0]
+    return int(match[2])
+
+
+def checkpointed_step(project: Path) -> int:
+    """The step in the one checkpoint directory of the run (checkpoint_every is never reached)."""
+    dirs = [d for d in (project / "data" / "checkpoints").glob("wf-*/checkpoint_*") if d.is_dir()]
+    assert len(dirs) == 1, dirs
+    return json.loads((dirs[0] / "train_state.json").read_text())["step"]
+
+
+def resumed(out: str) -> tuple[str, int]:
+    """The driver's `resuming interrupted run` line, and the step rank 0 says it resumes from."""
+    lines = [line for line in out.splitlines() if "[wellfed] resuming interrupted run" in line]
+    steps = [line for line in out.splitlines() if "[wellfed] resuming from step " in line]
+    assert len(lines) == 1 and len(steps) == 1, out[-4000:]
+    assert f" of {STEPS} " in steps[0], steps[0]
+    return lines[0], int(steps[0].split("resuming from step ")[1].split()[0])
+
+
+@pytest.mark.e2e
+def test_sigterm_saves_the_step_under_way_and_the_rerun_resumes_from_it(base, tmp_path):
+    project = fresh(base, tmp_path)
+    proc = start_repro(project)
+    before = wait_for_logged_step(project, proc, 15)
+    sent = time.time()
+    out = signal_group(proc, signal.SIGTERM)
+    seconds = time.time() - sent
+    assert proc.returncode != 0  # dvc dies of the SIGTERM (the stage's own exit status, 128 +
+    # the signal, shows through dvc with SIGINT, below)
+    step = stopped_line(out, "SIGTERM")
+    print(f"\nSIGTERM when MLflow had step {before}: stopped at step {step}, stage gone "
+          f"{seconds:.1f} s after the signal")
+    # Nothing the workers had done is lost: the checkpoint holds at least every step already
+    # logged, and the workers stopped at the next step boundary, not at some later one. They can
+    # be two report intervals ahead of MLflow (one report waits in Ray's queue of one for the
+    # controller's 2 s poll, the next waits to be queued), then finish the step under way; one
+    # more interval allows for MLflow logging a report between our read and the signal.
+    assert before <= step <= before + 3 * REPORT_EVERY + 1
+    assert checkpointed_step(project) == step
+    assert logged_steps(project) == list(range(1, step + 1))
+    _, runs = mlflow_runs(project)
+    assert len(runs) == 1 and runs[0].info.status == "KILLED"
+    assert not (project / "data" / "model").exists()
+
+    again = run(["dvc", "repro"], project, timeout=600)
+    assert resumed(again.stdout + again.stderr)[1] == step
+    assert logged_steps(project) == list(range(1, STEPS + 1))  # once each: nothing redone
+    _, runs = mlflow_runs(project)
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    metrics = json.loads((project / "data" / "train" / "metrics.json").read_text())
+    assert metrics["train/rows"] == 2 * 600  # every row once per epoch
+    assert (project / "data" / "eval" / "metrics.json").is_file()
+
+
+@pytest.mark.e2e
+def test_ctrl_c_on_two_workers_then_the_rerun_on_one_worker_finishes_the_same_run(base, tmp_path):
+    project = fresh(base, tmp_path)
+    proc = start_repro(project)
+    wait_for_logged_step(project, proc, 10)
+    out = signal_group(proc, signal.SIGINT)  # what a terminal's Ctrl-C sends
+    step = stopped_line(out, "Ctrl-C (SIGINT)")
+    # dvc ignores SIGINT while a stage runs, then reports the stage's exit status (128 + 2).
+    assert proc.returncode != 0 and "exited with 130" in out, out[-3000:]
+    ours = [line for line in out.splitlines() if not line.startswith("\x1b[36m(")]  # not Ray's
+    assert not [line for line in ours if "Traceback" in line], out[-4000:]
+    _, runs = mlflow_runs(project)
+    run_id = runs[0].info.run_id
+
+    set_params(project, ray={"num_workers": 1})
+    again = run(["dvc", "repro"], project, timeout=600)
+    line, resumed_at = resumed(again.stdout + again.stderr)
+    assert resumed_at == step
+    assert line.endswith(", now on 1 worker(s) instead of 2: the same global batch, 2 "
+                         "micro-batch(es) per worker per step"), line
+    _, runs = mlflow_runs(project)
+    assert [r.info.run_id for r in runs] == [run_id]  # the same MLflow run
+    assert logged_steps(project) == list(range(1, STEPS + 1))  # the same optimizer steps, once
+    assert runs[0].data.tags["derived.world_sizes"] == "2,1"
+    metrics = json.loads((project / "data" / "train" / "metrics.json").read_text())
+    assert metrics["train/rows"] == 2 * 600  # every row once per epoch: the same global batches
+
+
+@pytest.mark.e2e
+def test_a_second_signal_stops_at_once_keeping_the_last_checkpoint(base, tmp_path):
+    project = fresh(base, tmp_path)
+    proc = start_repro(project)
+    wait_for_logged_step(project, proc, 5)
+    tree = psutil.Process(proc.pid).children(recursive=True)  # the stage, Ray's daemons, workers
+    os.killpg(proc.pid, signal.SIGTERM)
+    time.sleep(0.5)  # the first asks for a checkpoint; the second must not wait for it
+    sent = time.time()
+    out = signal_group(proc, signal.SIGTERM)
+    seconds = time.time() - sent
+    # Ray goes with the driver, though in process groups of its own: its daemons at once, the
+    # workers with the raylet.
+    _, alive = psutil.wait_procs(tree, timeout=30)
+    assert not alive, alive
+    print(f"\nsecond SIGTERM: stage gone {seconds:.1f} s later, all of Ray "
+          f"{time.time() - sent:.0f} s later")
+    lines = [line for line in out.splitlines() if line.startswith("[wellfed] stopped")]
+    assert len(lines) == 1, out[-4000:]
+    # The workers may or may not have registered the checkpoint asked for by the first signal.
+    match = re.match(r"^\[wellfed\] stopped at once by a second SIGTERM(?: before the first "
+                     r"checkpoint: a rerun starts from step 0|: the steps after the last "
+                     r"checkpoint \(step (\d+) of 76\) are lost; rerun `dvc repro`)", lines[0])
+    assert match, lines[0]
+    if match[1]:
+        assert checkpointed_step(project) == int(match[1])
+    assert seconds < 15  # at once: no step finished, no Ray shutdown waited for
+
+
+def test_the_global_batches_do_not_depend_on_the_worker_count():
+    """What makes a resume on another worker count continue the same run: step i trains on the
+    same rows whatever the world size; only their split over the ranks differs."""
+    from wellfed.data.batching import BatchSpec, iterate_steps
+
+    lengths = np.random.default_rng(3).integers(3, 60, size=603)
+    plans = {}
+    for world in (1, 2, 3):
+        spec = BatchSpec(global_batch=16, world_size=world, micro_rows=4, seed=7, pool_batches=4)
+        per_rank = [list(iterate_steps(lengths, spec, r, start_epoch=0, start_index=9, epochs=2))
+                    for r in range(world)]
+        plans[world] = [(s[0].epoch, s[0].index, s[0].global_rows, s[0].real_tokens,
+                         sorted(i for rank in s for m in rank.micro for i in m.tolist()))
+                        for s in zip(*per_rank)]
+    assert len(plans[1]) == 2 * 38 - 9
+    assert plans[1] == plans[2] == plans[3]
+
+
+@pytest.fixture
+def handlers():
+    """Signals sent to this very process by `send_when_caught`; the handlers restored after."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    yield
+    for s, handler in saved.items():
+        signal.signal(s, handler)
+
+
+def send_when_caught(*signums: int, gap: float = 0.2) -> None:
+    """From a thread: once run_stoppable has installed its handler, send `signums` to this
+    process (never before: SIGTERM would end the test run)."""
+    def send():
+        original = signal.getsignal(signums[0])
+        while signal.getsignal(signums[0]) is original:
+            time.sleep(0.01)
+        for signum in signums:
+            time.sleep(gap)
+            os.kill(os.getpid(), signum)
+
+    threading.Thread(target=send, daemon=True).start()
+
+
+def fake_flag(requested: threading.Event):
+    """Stands in for the StopFlag actor handle: `flag.request.remote()` sets `requested`."""
+    return types.SimpleNamespace(request=types.SimpleNamespace(remote=requested.set))
+
+
+def test_a_signal_asks_the_workers_to_stop_and_names_their_checkpoint(handlers):
+    from wellfed.train.preemption import Stopped, run_stoppable
+
+    requested = threading.Event()
+    send_when_caught(signal.SIGTERM)
+    with pytest.raises(Stopped) as stop:  # the "workers" return once asked, checkpoint at 7
+        run_stoppable(lambda: requested.wait(30), fake_flag(requested), lambda: 7, 76)
+    assert requested.is_set() and stop.value.exit_code == 143
+    assert str(stop.value) == ("stopped by SIGTERM at step 7 of 76, checkpoint saved; rerun `dvc "
+                               "repro` (or resubmit the same sbatch job) to resume from step 7")
+    # Stopping is under way: a later signal must not kill the stage before it prints that line.
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+
+
+AT_ONCE = """
+import os, signal, threading, time, types
+from wellfed.train.preemption import run_stoppable
+
+def send():  # once the handlers are in, two Ctrl-C
+    while signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        time.sleep(0.01)
+    for _ in range(2):
+        time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGINT)
+
+threading.Thread(target=send, daemon=True).start()
+flag = types.SimpleNamespace(request=types.SimpleNamespace(remote=lambda: None))
+run_stoppable(lambda: time.sleep(60), flag, lambda: 20, 76)  # workers that never finish
+print("not reached")
+"""
+
+
+def test_a_second_signal_ends_the_stage_at_once_naming_the_last_checkpoint():
+    started = time.time()
+    proc = subprocess.run([sys.executable, "-c", AT_ONCE], capture_output=True, text=True,
+                          timeout=60, env=env())
+    assert time.time() - started < 30 and proc.returncode == 130, proc.stderr
+    assert proc.stderr.splitlines()[-1] == (
+        "[wellfed] stopped at once by a second Ctrl-C (SIGINT): the steps after the last "
+        "checkpoint (step 20 of 76) are lost; rerun `dvc repro` (or resubmit the same sbatch "
+        "job) to resume from step 20")
+    assert "not reached" not in proc.stdout
+
+
+def test_a_signal_during_the_last_step_lets_the_run_finish(handlers):
+    from wellfed.train.preemption import run_stoppable
+
+    requested = threading.Event()
+    send_when_caught(signal.SIGTERM)
+    result = run_stoppable(lambda: requested.wait(30) and "done", fake_flag(requested),
+                           lambda: 76, 76)
+    assert result == "done"  # the final checkpoint exists: the stage goes on to export it
+
+
+def test_without_a_signal_the_handlers_are_given_back(handlers):
+    from wellfed.train.preemption import run_stoppable
+
+    before = signal.getsignal(signal.SIGINT)
+    assert run_stoppable(lambda: 42, fake_flag(threading.Event()), lambda: None, 76) == 42
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+STUBS = {  # what the sbatch script calls, minus SLURM and Ray: each logs what it was asked
+    "scontrol": """case "$1" in
+  show) echo node1 ;;
+  requeue) echo "scontrol requeue $2" >>"$STUB_LOG" ;;
+esac""",
+    "srun": """case "$*" in
+  *hostname*) echo 127.0.0.1 ;;
+  *--block*) echo $$ >>"$STUB_DIR/blocking"; exec sleep 300 ;;  # a Ray node, until ray stop
+  *"ray stop"*) echo "ray stop" >>"$STUB_LOG"; xargs kill <"$STUB_DIR/blocking" ;;
+esac""",
+    "ray": "exit 0",  # ray status: the head is up
+    "python": "echo 1",  # the script's probe: nodes alive
+    # dvc dies of SIGTERM at once; its train stage (same process group) takes a while to
+    # checkpoint, then exits 143, as the real ones do.
+    "dvc": """checkpoint() { echo "stage: SIGTERM" >>"$STUB_LOG"; sleep 2
+  echo "stage: checkpointed" >>"$STUB_LOG"; exit 143; }
+(trap checkpoint TERM; echo "stage: training" >>"$STUB_LOG"; while true; do sleep 0.1; done) &
+wait""",
+}
+
+
+def test_the_sbatch_script_forwards_slurms_sigterm_waits_for_the_checkpoint_and_requeues(tmp_path):
+    from conftest import PROJECT
+
+    bin_dir, venv = tmp_path / "bin", tmp_path / "venv"
+    bin_dir.mkdir()
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "activate").write_text("")
+    for name, body in STUBS.items():
+        (bin_dir / name).write_text(f"#!/usr/bin/env bash\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    log = tmp_path / "log"
+    log.touch()
+    job_env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "STUB_LOG": str(log),
+               "STUB_DIR": str(tmp_path), "SLURM_SUBMIT_DIR": str(tmp_path), "VENV": str(venv),
+               "SLURM_JOB_NODELIST": "node1", "SLURM_JOB_ID": "42"}
+    job = subprocess.Popen(["bash", str(PROJECT / "scripts" / "slurm" / "wellfed.sbatch")],
+                           env=job_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 30
+    while "stage: training" not in log.read_text():
+        assert time.time() < deadline and job.poll() is None, job.stdout.read()
+        time.sleep(0.1)
+    job.send_signal(signal.SIGTERM)  # `--signal=B:TERM@120`: the batch shell alone
+    out, _ = job.communicate(timeout=60)
+    assert job.returncode == 0, out
+    assert log.read_text().splitlines() == ["stage: training", "stage: SIGTERM",
+                                            "stage: checkpointed", "scontrol requeue 42",
+                                            "ray stop"], out
+    assert "requeueing job 42" in out
