@@ -164,8 +164,12 @@ def test_ctrl_c_on_two_workers_then_the_rerun_on_one_worker_finishes_the_same_ru
     wait_for_logged_step(project, proc, 10)
     out = signal_group(proc, signal.SIGINT)  # what a terminal's Ctrl-C sends
     step = stopped_line(out, "Ctrl-C (SIGINT)")
-    # dvc ignores SIGINT while a stage runs, then reports the stage's exit status (128 + 2).
-    assert proc.returncode != 0 and "exited with 130" in out, out[-3000:]
+    # dvc ignores SIGINT while a stage runs, then reports the exit status of the shell it ran
+    # the stage in ($SHELL, else /bin/sh): bash execs the stage, so dvc sees the stage's own
+    # 130 (128 + 2); dash waits for it and dies of the SIGINT itself (-2) while the stage goes
+    # on to checkpoint and print its line. CI has no $SHELL, so dash.
+    assert proc.returncode != 0, out[-3000:]
+    assert re.search(r"exited with (130|-2)\b", out), out[-3000:]
     ours = [line for line in out.splitlines() if not line.startswith("\x1b[36m(")]  # not Ray's
     assert not [line for line in ours if "Traceback" in line], out[-4000:]
     _, runs = mlflow_runs(project)
