@@ -172,11 +172,12 @@ FAILURES = {
     "bad reader params": (
         {"train.tsv": GOOD},
         {**ONLY, "quoting": "sometimes", "header": "no", "on_conflict": "merge", "text_column": -1,
-         "label_column": [0]},
+         "label_column": {"a": 1}},
         "params.yaml: prepare.header must be true or false; got 'no'; prepare.on_conflict must "
         "be one of error, keep, drop; got 'merge'; prepare.quoting must be one of auto, none, "
         "csv; got 'sometimes'; prepare.text_column must be a 0-based column position (>= 0); got "
-        "-1; prepare.label_column must be a column name or a 0-based column position; got [0]"),
+        "-1; prepare.label_column must be a column name or a 0-based column position (or a list of "
+        "them); got {'a': 1}"),
     "utf-16": (
         {"train.tsv": GOOD.encode("utf-16")}, ONLY,
         "raw/train.tsv: the file is UTF-16 (it starts with a UTF-16 byte-order mark), not UTF-8; "
@@ -273,7 +274,9 @@ def test_many_labels_are_summarised_on_the_console(tmp_path):
                        {"validation": "dev.tsv", "test": ""})
     assert proc.returncode == 0, proc.stderr
     lines = stdout_lines(proc)
-    assert len(lines) == 3
+    assert len(lines) == 4  # train, validation, cross-split, task
+    assert lines[-1] == ("prepare: task single_label (77 distinct labels, one per row); set "
+                         "prepare.task to choose another")
     assert lines[0].endswith(
         "labels (77): 3 to 4 rows each (most: intent_00 4, intent_01 4, intent_02 4; fewest: "
         "intent_74 3, intent_75 3, intent_76 3); every count is in reports/prepare.json")
@@ -308,7 +311,7 @@ def test_a_carved_validation_never_shares_a_text_with_train(tmp_path):
     assert len(train) == 90 and len(val) == 30  # 10 of 40 texts, with all their copies
     assert set(train["text"]).isdisjoint(val["text"])
     assert report(tmp_path)["cross_split_duplicates"] == {"validation_in_train": 0}
-    assert stdout_lines(proc)[1:] == [
+    assert stdout_lines(proc)[1:-1] == [
         "prepare validation: 30 rows carved from train: 0.25 of its distinct texts, stratified "
         "by label, seed 42; labels (2): 0 15, 1 15",
         "prepare: rows whose text is also in another split: validation in train 0"]
@@ -322,7 +325,7 @@ def test_texts_shared_between_given_splits_are_counted_and_warned(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert report(tmp_path)["cross_split_duplicates"] == {
         "validation_in_train": 2, "test_in_train": 1, "test_in_validation": 1}
-    assert stdout_lines(proc)[-1] == ("prepare: rows whose text is also in another split: "
+    assert stdout_lines(proc)[-2] == ("prepare: rows whose text is also in another split: "
                                       "validation in train 2, test in train 1, test in "
                                       "validation 1")
     assert warnings(proc) == [

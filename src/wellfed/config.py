@@ -36,11 +36,20 @@ class PrepareConfig:
     """CSV/TSV quotes: csv = RFC 4180 ("..." may hold delimiters, newlines, "" for a quote);
     none = quotes are plain characters (many TSV exports; GLUE's own loader reads its TSVs so);
     auto = csv unless the file only parses with quotes as plain characters."""
-    text_column: str | int = "sentence"
-    """Column holding the input text: its name, or its 0-based position (needed with header: false)."""
-    label_column: str | int = "label"
-    """Column holding the class label (any strings or integers): a name or a 0-based position.
-    Empty, NaN, null and None (any case) are missing labels, handled by `on_invalid`."""
+    text_column: str | int | list = "sentence"
+    """Column holding the input text: its name, or its 0-based position (needed with header: false).
+    A list of two columns is a sentence pair ([premise, hypothesis]), encoded as one input."""
+    label_column: str | int | list = "label"
+    """Column holding the label: a name or a 0-based position. Single-label: any strings or
+    integers; multi-label: a list (JSONL/Parquet) or a `label_delimiter`-separated string;
+    regression: numbers (a list of columns = several targets). Empty, NaN, null and None (any
+    case) are missing labels, handled by `on_invalid`."""
+    task: Literal["auto", "single_label", "multi_label", "regression"] = "auto"
+    """What the labels are; auto = inferred from train's labels and said in one line: lists or
+    delimited labels whose parts also occur alone -> multi_label, numbers that are not all
+    integers -> regression, anything else -> single_label."""
+    label_delimiter: str = ","
+    """Multi-label in CSV/TSV: the character between a row's labels (`2,17`)."""
     hub_dataset: str = ""
     """Hugging Face Hub dataset id (needs network); when set the raw folder is not read."""
     hub_config: str = ""
@@ -64,19 +73,40 @@ class PrepareConfig:
             out.append(f"prepare.val_fraction must be in (0, 0.5); got {self.val_fraction}")
         if not self.train:
             out.append("prepare.train must name the train file (or hub split); got ''")
-        columns = {"text_column": self.text_column, "label_column": self.label_column}
-        for key, value in columns.items():
-            if isinstance(value, bool) or not isinstance(value, (str, int)):
-                out.append(f"prepare.{key} must be a column name or a 0-based column position; "
-                           f"got {value!r}")
-            elif isinstance(value, int) and value < 0:
-                out.append(f"prepare.{key} must be a 0-based column position (>= 0); got {value}")
-            elif value == "":
-                out.append(f"prepare.{key} must name a column; got ''")
-        if str(self.text_column) == str(self.label_column):
+        for key, most in (("text_column", 2), ("label_column", 64)):
+            value = getattr(self, key)
+            listed = value if isinstance(value, list) else [value]
+            if isinstance(value, list) and not 1 <= len(value) <= most:
+                out.append(f"prepare.{key} lists {len(value)} columns; give 1 to {most}"
+                           + (" (two = a sentence pair)" if key == "text_column" else ""))
+            for one in listed:
+                if isinstance(one, bool) or not isinstance(one, (str, int)):
+                    out.append(f"prepare.{key} must be a column name or a 0-based column "
+                               f"position (or a list of them); got {one!r}")
+                elif isinstance(one, int) and one < 0:
+                    out.append(f"prepare.{key} must be a 0-based column position (>= 0); got {one}")
+                elif one == "":
+                    out.append(f"prepare.{key} must name a column; got ''")
+        shared = {str(c) for c in self.text_columns()} & {str(c) for c in self.label_columns()}
+        if shared:
             out.append(f"prepare.text_column and prepare.label_column must be different columns; "
-                       f"both are {self.text_column!r}")
+                       f"both name {sorted(shared)[0]!r}")
+        if len(self.label_columns()) > 1 and self.task not in ("auto", "regression"):
+            out.append(f"prepare.label_column lists several columns, which only a regression "
+                       f"(several targets) can use; got task {self.task}")
+        if len(self.label_delimiter) != 1 or self.label_delimiter.isspace():
+            out.append(f"prepare.label_delimiter must be one visible character; got "
+                       f"{self.label_delimiter!r}")
         return out
+
+    def text_columns(self) -> list:
+        """The text column(s): one, or two for a sentence pair."""
+        return list(self.text_column) if isinstance(self.text_column, list) else [self.text_column]
+
+    def label_columns(self) -> list:
+        """The label column(s): one, or several regression targets."""
+        return (list(self.label_column) if isinstance(self.label_column, list)
+                else [self.label_column])
 
 
 @dataclass(frozen=True)
@@ -150,6 +180,13 @@ class TrainConfig:
     max_bad_steps: int = 0
     """Stop after this many consecutive non-finite losses (0 = never); fp16 overflow steps the
     GradScaler skips are counted, not fatal."""
+    class_weights: str | dict = "none"
+    """Loss weights for imbalanced labels: none, balanced (n / (classes x count): rare classes
+    weigh more; multi-label: positive weight negatives/positives per label), or {label: weight}
+    (single-label: that class's weight, default 1; multi-label: its positive weight)."""
+    threshold: float | str = 0.5
+    """Multi-label: a label is predicted when its probability reaches this; "tune" = the
+    threshold with the best validation macro-F1 (0.05 to 0.95), recorded with the model."""
 
     def profile_range(self) -> tuple[int, int] | None:
         if not self.profile_steps:
@@ -182,6 +219,18 @@ class TrainConfig:
                            f"or ''; got {self.profile_steps!r}")
         if self.max_bad_steps < 0:
             out.append(f"train.max_bad_steps must be >= 0; got {self.max_bad_steps}")
+        if isinstance(self.class_weights, dict):
+            bad = {k: v for k, v in self.class_weights.items()
+                   if (number(v) is None or number(v) <= 0)}
+            if bad:
+                key, value = next(iter(bad.items()))
+                out.append(f"train.class_weights[{key!r}] must be a positive number; got {value!r}")
+        elif self.class_weights not in ("none", "balanced"):
+            out.append("train.class_weights must be none, balanced or a {label: weight} mapping; "
+                       f"got {self.class_weights!r}")
+        if self.threshold != "tune" and not (number(self.threshold) is not None
+                                             and 0 < number(self.threshold) < 1):
+            out.append(f"train.threshold must be in (0, 1) or tune; got {self.threshold!r}")
         return out
 
     def accumulation_steps(self, world_size: int) -> int:

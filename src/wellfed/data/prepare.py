@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from wellfed.config import PrepareConfig
+from wellfed.config import PrepareConfig, number
 
 MISSING_LABELS = frozenset({"", "nan", "null", "none"})
 """Label spellings that mean "no label" (compared lower-case): what pandas, JSON and Python
@@ -61,12 +61,62 @@ def _groups(groups: list[list], total: int) -> str:
     return ", ".join("/".join(map(str, g)) for g in groups) + more
 
 
-def text_key(texts: pd.Series) -> pd.Series:
-    return texts.str.strip()
+def row_key(frame: pd.DataFrame) -> pd.Series:
+    """What makes two rows the same input: the stripped text, and the pair's second text."""
+    key = frame["text"].str.strip()
+    if "text_pair" in frame:
+        key = key + "\x1f" + frame["text_pair"].str.strip()
+    return key
 
 
 def is_missing_label(labels: pd.Series) -> pd.Series:
-    return labels.isna() | labels.fillna("").str.lower().isin(MISSING_LABELS)
+    return labels.map(lambda v: v is None or (isinstance(v, str) and v.lower() in MISSING_LABELS)
+                      or (isinstance(v, float) and v != v)).astype(bool)
+
+
+def infer_task(labels: pd.Series, cfg: PrepareConfig) -> tuple[str, str]:
+    """(task, why) from train's labels (missing ones already out), or as prepare.task sets it."""
+    if cfg.task != "auto":
+        return cfg.task, "set by prepare.task"
+    if len(cfg.label_columns()) > 1:
+        return "regression", f"{len(cfg.label_columns())} label columns are regression targets"
+    lists = labels.map(lambda v: isinstance(v, tuple))
+    if lists.any():
+        return "multi_label", "the labels are lists"
+    d = cfg.label_delimiter
+    several = labels.str.contains(d, regex=False)
+    if several.any():
+        alone = set(labels[~several])
+        parts = {p.strip() for v in labels[several] for p in v.split(d) if p.strip()}
+        # Most parts also used alone: a list. "$5, $10"-style class names: their parts are not.
+        if parts and len(parts & alone) >= 0.8 * len(parts):
+            return "multi_label", (f"{int(several.sum())} labels like {labels[several].iloc[0]!r} "
+                                   f"hold several {d!r}-separated labels that also occur alone")
+    values = labels.map(number)
+    if values.notna().all() and not values.map(lambda v: float(v).is_integer()).all():
+        example = labels[~values.map(lambda v: float(v).is_integer())].iloc[0]
+        return "regression", f"every label is a number and some are not whole (like {example!r})"
+    return "single_label", f"{labels.nunique()} distinct labels, one per row"
+
+
+def normalize_labels(frame: pd.DataFrame, task: str, cfg: PrepareConfig, where: str) -> pd.DataFrame:
+    """Multi-label: every label becomes a sorted tuple of distinct parts, so that duplicates and
+    conflicts compare sets; a list label in a single-label or regression task is an error."""
+    labels = frame["label"]
+    missing = is_missing_label(labels)
+    if task == "multi_label":
+        def parts(v):
+            if isinstance(v, tuple):
+                return tuple(sorted(set(v)))
+            return tuple(sorted({p.strip() for p in v.split(cfg.label_delimiter) if p.strip()}))
+
+        return frame.assign(label=[v if m else parts(v) for v, m in zip(labels, missing)])
+    lists = labels.map(lambda v: isinstance(v, tuple)) & (len(cfg.label_columns()) == 1)
+    if lists.any():
+        row = int(frame.loc[lists, "row"].iloc[0])
+        raise ValueError(f"{where}: data row {row + 1} has a list of labels, but the task is "
+                         f"{task}; set prepare.task: multi_label (or fix the label column)")
+    return frame
 
 
 def _conflicts(frame: pd.DataFrame, key: pd.Series) -> tuple[pd.Series, list[list[tuple]]]:
@@ -87,7 +137,10 @@ def clean(frame: pd.DataFrame, where: str, cfg: PrepareConfig) -> tuple[pd.DataF
     report = SplitReport(rows_read=len(frame))
     if frame.empty:
         raise ValueError(f"{where}: has a header but no data rows; add rows or fix the path")
-    empty = frame["text"].isna() | (frame["text"].fillna("").str.strip() == "")
+    empty = pd.Series(False, index=frame.index)
+    for column in ("text", "text_pair"):
+        if column in frame:
+            empty |= frame[column].isna() | (frame[column].fillna("").str.strip() == "")
     missing = is_missing_label(frame["label"]) & ~empty
     for mask, reason, fix in ((empty, "empty_text", "fill in the text"),
                               (missing, "missing_label", "add the label")):
@@ -101,7 +154,7 @@ def clean(frame: pd.DataFrame, where: str, cfg: PrepareConfig) -> tuple[pd.DataF
                              f"prepare.on_invalid: skip to drop and count them")
         report.dropped[reason] = int(mask.sum())
     frame = frame[~(empty | missing)]
-    key = text_key(frame["text"])
+    key = row_key(frame)
 
     conflict, examples = _conflicts(frame, key)
     texts = int(key[conflict].nunique())
@@ -129,9 +182,16 @@ def clean(frame: pd.DataFrame, where: str, cfg: PrepareConfig) -> tuple[pd.DataF
     return frame.reset_index(drop=True), report
 
 
-def label_names(train_labels: pd.Series, where: str) -> list[str]:
-    """Stable label order: numeric order when every label is an integer, else sorted strings."""
-    values = sorted(set(train_labels))
+def label_names(train_labels: pd.Series, where: str, task: str = "single_label",
+                targets: list | None = None) -> list[str]:
+    """Stable label order: numeric order when every label is an integer, else sorted strings.
+    Multi-label: every label any row holds; regression: the target column names."""
+    if task == "regression":
+        return [str(t) for t in targets or ["label"]]
+    if task == "multi_label":
+        values = sorted({p for v in train_labels for p in v})
+    else:
+        values = sorted(set(train_labels))
     if len(values) < 2:
         raise ValueError(f"{where}: train has a single class {values}; a classifier needs at "
                          "least two label values (check prepare.label_column)")
@@ -141,26 +201,62 @@ def label_names(train_labels: pd.Series, where: str) -> list[str]:
         return values
 
 
-def encode_labels(frame: pd.DataFrame, names: list[str], where: str) -> np.ndarray:
+def encode_labels(frame: pd.DataFrame, names: list[str], where: str,
+                  task: str = "single_label") -> np.ndarray | list:
+    """Single-label: class ids (int64); multi-label: a 0/1 vector per row; regression: the
+    target values per row (float32 vectors)."""
+    if task == "regression":
+        return regression_targets(frame, names, where)
     ids = {name: i for i, name in enumerate(names)}
-    unknown = sorted(set(frame["label"]) - set(ids))
+    seen = ({p for v in frame["label"] for p in v} if task == "multi_label"
+            else set(frame["label"]))
+    unknown = sorted(seen - set(ids))
     if unknown:
-        row = int(frame.loc[frame["label"] == unknown[0], "row"].iloc[0])
+        holds = (frame["label"].map(lambda v: unknown[0] in v) if task == "multi_label"
+                 else frame["label"] == unknown[0])
+        row = int(frame.loc[holds, "row"].iloc[0])
         shown = ", ".join(map(repr, names[:10])) + (f", ... ({len(names)} in all)"
                                                       if len(names) > 10 else "")
         others = f" and {_plural(len(unknown) - 1, 'other label')}" if len(unknown) > 1 else ""
         raise ValueError(f"{where}: label {unknown[0]!r} (data row {row + 1}){others} never "
                          f"occurs in train (train labels: {shown}); fix the label or add train "
                          "examples")
+    if task == "multi_label":
+        hot = np.zeros((len(frame), len(names)), np.float32)
+        for i, labels in enumerate(frame["label"]):
+            hot[i, [ids[p] for p in labels]] = 1.0
+        return list(hot)
     return frame["label"].map(ids).to_numpy(np.int64)
 
 
-def carve_validation(train: pd.DataFrame, fraction: float, seed: int,
-                     where: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Seeded split of train into (train, validation), stratified by label, by distinct text:
-    every copy of a text lands on the same side, so validation never repeats a train text."""
-    key = text_key(train["text"])
+def regression_targets(frame: pd.DataFrame, names: list[str], where: str) -> list:
+    rows = frame["label"].map(lambda v: v if isinstance(v, tuple) else (v,))
+    values = rows.map(lambda parts: [number(p) for p in parts])
+    bad = values.map(lambda vs: None in vs)
+    if bad.any():
+        at = bad.to_numpy().nonzero()[0][0]
+        shown = rows.iloc[at]
+        raise ValueError(f"{where}: data row {int(frame['row'].iloc[at]) + 1} has the label "
+                         f"{shown[0] if len(shown) == 1 else shown!r}, not a number "
+                         f"({int(bad.sum())} such row{'s' if bad.sum() > 1 else ''}); a "
+                         "regression needs numeric labels: fix them, or set prepare.task")
+    return list(np.asarray(values.tolist(), np.float32).reshape(len(frame), len(names)))
+
+
+def carve_validation(train: pd.DataFrame, fraction: float, seed: int, where: str,
+                     stratify: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Seeded split of train into (train, validation) by distinct text, stratified by label
+    (single-label) or at random (multi-label, regression): every copy of a text lands on the
+    same side, so validation never repeats a train text."""
+    key = row_key(train)
     texts = train.assign(key=key).drop_duplicates("key")  # a text's first row stands for it
+    if not stratify:
+        from sklearn.model_selection import train_test_split
+
+        _, held = train_test_split(texts, test_size=max(1, int(round(len(texts) * fraction))),
+                                   random_state=seed)
+        in_val = key.isin(set(held["key"]))
+        return train[~in_val], train[in_val]
     counts = texts["label"].value_counts()
     few = counts[counts < 2]
     if len(few):
@@ -194,8 +290,18 @@ def carve_validation(train: pd.DataFrame, fraction: float, seed: int,
     return train[~in_val], train[in_val]
 
 
-def label_counts(frame: pd.DataFrame, names: list[str]) -> dict[str, int]:
-    counts = frame["label"].value_counts()
+def label_counts(frame: pd.DataFrame, names: list[str], task: str = "single_label") -> dict:
+    """Rows per class (multi-label: rows holding each label); regression: each target's
+    mean, sd, min and max."""
+    if task == "regression":
+        values = np.stack(regression_targets(frame, names, "")) if len(frame) else np.zeros((0, len(names)))
+        return {name: {"mean": round(float(v.mean()), 4), "sd": round(float(v.std()), 4),
+                       "min": float(v.min()), "max": float(v.max())}
+                for name, v in zip(names, values.T)}
+    if task == "multi_label":
+        counts = pd.Series([p for v in frame["label"] for p in v]).value_counts()
+    else:
+        counts = frame["label"].value_counts()
     return {name: int(counts.get(name, 0)) for name in names}
 
 
@@ -206,8 +312,9 @@ def cross_split_duplicates(frames: dict[str, pd.DataFrame],
     for later, earlier in CROSS_SPLITS:
         if later not in frames or earlier not in frames:
             continue
-        theirs = frames[earlier].assign(key=text_key(frames[earlier]["text"]))
-        mine = frames[later].assign(key=text_key(frames[later]["text"]))
+        theirs = frames[earlier].assign(key=row_key(frames[earlier]),
+                                        label=frames[earlier]["label"].map(str))
+        mine = frames[later].assign(key=row_key(frames[later]), label=frames[later]["label"].map(str))
         shared = mine[mine["key"].isin(theirs["key"])]
         counts[f"{later}_in_{earlier}"] = len(shared)
         if len(shared):
@@ -242,26 +349,32 @@ def prepare_splits(raw: dict[str, tuple[pd.DataFrame, str]], cfg: PrepareConfig)
     """
     cleaned, reports, wheres = {}, {}, {}
     warnings = [w for frame, _ in raw.values() for w in frame.attrs.get("warnings", [])]
+    train_frame, train_where = raw["train"]
+    task, why = infer_task(train_frame["label"][~is_missing_label(train_frame["label"])], cfg)
     for split, (frame, where) in raw.items():
+        frame = normalize_labels(frame, task, cfg, where)
         cleaned[split], reports[split] = clean(frame, where, cfg)
         reports[split].read_as = frame.attrs.get("read_as", "")
         wheres[split] = where
-    train_where = raw["train"][1]
-    names = label_names(cleaned["train"]["label"], train_where)
+    names = label_names(cleaned["train"]["label"], train_where, task, cfg.label_columns())
     if "validation" not in cleaned:
+        stratify = task == "single_label"
         cleaned["train"], cleaned["validation"] = carve_validation(
-            cleaned["train"], cfg.val_fraction, cfg.seed, train_where)
+            cleaned["train"], cfg.val_fraction, cfg.seed, train_where, stratify)
+        how = "stratified by label" if stratify else "at random"
         reports["validation"] = SplitReport(
-            read_as=f"carved from train: {cfg.val_fraction:g} of its distinct texts, stratified "
-                    f"by label, seed {cfg.seed}", rows_read=0, kept=len(cleaned["validation"]))
+            read_as=f"carved from train: {cfg.val_fraction:g} of its distinct texts, {how}, "
+                    f"seed {cfg.seed}", rows_read=0, kept=len(cleaned["validation"]))
         reports["train"].kept = len(cleaned["train"])
         wheres["validation"] = f"{train_where} (carved validation)"
     out = {}
     for split, frame in cleaned.items():
-        out[split] = pd.DataFrame({"row_id": frame["row"].to_numpy(np.int64),
-                                   "text": frame["text"].to_numpy(object),
-                                   "label": encode_labels(frame, names, wheres[split])})
-        reports[split].labels = label_counts(frame, names)
+        columns = {"row_id": frame["row"].to_numpy(np.int64), "text": frame["text"].to_numpy(object)}
+        if "text_pair" in frame:
+            columns["text_pair"] = frame["text_pair"].to_numpy(object)
+        columns["label"] = encode_labels(frame, names, wheres[split], task)
+        out[split] = pd.DataFrame(columns)
+        reports[split].labels = label_counts(frame, names, task)
     for split, rep in reports.items():
         n = rep.conflicts["texts"]
         if n and cfg.on_conflict == "keep":
@@ -270,8 +383,10 @@ def prepare_splits(raw: dict[str, tuple[pd.DataFrame, str]], cfg: PrepareConfig)
                             "as they are (prepare.on_conflict: keep); set it to drop or error")
     cross, shared = cross_split_duplicates(cleaned, wheres)
     warnings += shared
-    warnings += single_row_classes(cleaned["train"], train_where)
-    report = {"num_labels": len(names),
+    if task == "single_label":
+        warnings += single_row_classes(cleaned["train"], train_where)
+    report = {"task": task, "task_reason": why, "pair": int("text_pair" in cleaned["train"]),
+              "num_labels": len(names),
               "validation_carved": int("validation" not in raw),
               "splits": {s: vars(r) for s, r in reports.items()},
               "cross_split_duplicates": cross,
@@ -287,9 +402,13 @@ def _counts(pairs) -> str:
     return ", ".join(f"{k if PLAIN_NAME.fullmatch(k) else repr(k)} {v}" for k, v in pairs)
 
 
-def _label_summary(labels: dict[str, int], details: str) -> str:
+def _label_summary(labels: dict, details: str) -> str:
     """All counts for up to 10 labels; for more, the range and the extremes (77 intents on one
-    line are unreadable), pointing at the report for the rest."""
+    line are unreadable), pointing at the report for the rest. Regression: each target's spread."""
+    if labels and isinstance(next(iter(labels.values())), dict):
+        return "targets: " + ", ".join(
+            f"{name} mean {v['mean']:g} sd {v['sd']:g} ({v['min']:g} to {v['max']:g})"
+            for name, v in labels.items())
     if len(labels) <= 10:
         return f"labels ({len(labels)}): {_counts(labels.items())}"
     ranked = sorted(labels.items(), key=lambda kv: (-kv[1], kv[0]))
@@ -322,4 +441,9 @@ def summary(report: dict, details: str) -> list[str]:
     if cross:
         lines.append("prepare: rows whose text is also in another split: " + ", ".join(
             f"{k.replace('_', ' ')} {v}" for k, v in cross.items()))
+    lines.append(f"prepare: task {report['task']}"
+                 + (" on sentence pairs" if report.get("pair") else "")
+                 + f" ({report['task_reason']})"
+                 + ("; set prepare.task to choose another" if report["task_reason"] !=
+                    "set by prepare.task" else ""))
     return lines

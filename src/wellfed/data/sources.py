@@ -21,6 +21,7 @@ import re
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl",
@@ -356,7 +357,7 @@ def _read_jsonl(path: Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _read_parquet(path: Path, text_column: str | int) -> pd.DataFrame:
+def _read_parquet(path: Path, text_columns: list) -> pd.DataFrame:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -365,13 +366,14 @@ def _read_parquet(path: Path, text_column: str | int) -> pd.DataFrame:
     except (pa.ArrowInvalid, OSError) as err:
         raise ValueError(f"{path}: not a readable Parquet file ({err}); check the format") from None
     names = table.column_names
-    if text_column not in names and str(text_column).isascii() and str(text_column).isdigit():
-        text_column = names[int(text_column)] if int(text_column) < len(names) else None
-    if text_column in names:
-        kind = table.schema.field(text_column).type
-        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
-            raise ValueError(f"{path}: column '{text_column}' has type {kind}, not string; "
-                             "point prepare.text_column at the text column")
+    for text_column in text_columns:
+        if text_column not in names and str(text_column).isascii() and str(text_column).isdigit():
+            text_column = names[int(text_column)] if int(text_column) < len(names) else None
+        if text_column in names:
+            kind = table.schema.field(text_column).type
+            if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+                raise ValueError(f"{path}: column '{text_column}' has type {kind}, not string; "
+                                 "point prepare.text_column at the text column")
     return table.to_pandas()
 
 
@@ -394,12 +396,14 @@ def _not_a_file(path: Path) -> Exception:
                              "validation/test and the raw folder in dvc.yaml")
 
 
-def read_file(path: str | Path, fmt: str, text_column: str | int, label_column: str | int, *,
+def read_file(path: str | Path, fmt: str, text_column, label_column, *,
               header: bool = True, quoting: str = "auto") -> pd.DataFrame:
-    """Read one raw split file into a (row, text, label) frame; labels are kept as strings.
+    """Read one raw split file into a (row, text[, text_pair], label) frame; labels are kept as
+    text (see `label_text`).
 
     `header` and `quoting` apply to CSV/TSV; columns are names, or 0-based positions (ints or
-    digit strings), which a file without a header needs."""
+    digit strings), which a file without a header needs; a list of two text columns is a
+    sentence pair, a list of label columns several regression targets."""
     path = Path(path)
     if not path.is_file():
         raise _not_a_file(path)
@@ -414,7 +418,7 @@ def read_file(path: str | Path, fmt: str, text_column: str | int, label_column: 
     elif fmt == "jsonl":
         frame = _read_jsonl(path)
     else:
-        frame = _read_parquet(path, text_column)
+        frame = _read_parquet(path, _listed(text_column))
     out = select_columns(frame, str(path), text_column, label_column, named=named)
     out.attrs["read_as"] = how
     out.attrs["warnings"] = warnings
@@ -459,9 +463,16 @@ def _column(frame: pd.DataFrame, where: str, column: str | int, key: str, named:
     raise ValueError(f"{where}: no column '{column}' (prepare.{key}); the file has {listed}{fix}")
 
 
-def label_text(value) -> str | None:
+def _listed(columns) -> list:
+    return list(columns) if isinstance(columns, (list, tuple)) else [columns]
+
+
+def label_text(value) -> str | tuple | None:
     """A label as a stripped string; None for a missing one. A float label that is a whole
-    number (1.0: an integer column with a gap, as pandas and Parquet store it) is written 1."""
+    number (1.0: an integer column with a gap, as pandas and Parquet store it) is written 1.
+    A list (multi-label in JSONL/Parquet) is a tuple of such strings, missing ones left out."""
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return tuple(t for t in map(label_text, value) if t is not None)
     if value is None or value is pd.NA:
         return None
     if isinstance(value, float):
@@ -472,22 +483,32 @@ def label_text(value) -> str | None:
     return str(value).strip() or None
 
 
-def select_columns(frame: pd.DataFrame, where: str, text_column: str | int,
-                   label_column: str | int, named: bool = True) -> pd.DataFrame:
-    text_at = _column(frame, where, text_column, "text_column", named)
-    label_at = _column(frame, where, label_column, "label_column", named)
-    if text_at == label_at:
+def select_columns(frame: pd.DataFrame, where: str, text_column, label_column,
+                   named: bool = True) -> pd.DataFrame:
+    """(row, text[, text_pair], label): one text column or a pair; one label column, or
+    several (regression targets) whose texts make a tuple per row."""
+    text_at = [_column(frame, where, c, "text_column", named) for c in _listed(text_column)]
+    label_at = [_column(frame, where, c, "label_column", named) for c in _listed(label_column)]
+    both = set(text_at) & set(label_at)
+    if both or len(set(text_at)) < len(text_at):
         raise ValueError(f"{where}: prepare.text_column ({text_column!r}) and prepare.label_column "
-                         f"({label_column!r}) pick the same column; point them at different ones")
+                         f"({label_column!r}) pick the same column; point them at "
+                         "different ones")
     # Missing labels stay None (or their spelling, e.g. 'NaN') so that `prepare` can count or
     # reject them by row.
-    labels = frame.iloc[:, label_at].map(label_text)
-    texts = frame.iloc[:, text_at].map(lambda v: v if isinstance(v, str) else None)
-    return pd.DataFrame({"row": range(len(frame)), "text": texts.values, "label": labels.values})
+    if len(label_at) == 1:
+        labels = frame.iloc[:, label_at[0]].map(label_text).values
+    else:
+        parts = [frame.iloc[:, at].map(label_text) for at in label_at]
+        labels = [None if None in row else row for row in zip(*parts)]
+    out = {"row": range(len(frame))}
+    for name, at in zip(("text", "text_pair"), text_at):
+        out[name] = frame.iloc[:, at].map(lambda v: v if isinstance(v, str) else None).values
+    out["label"] = labels
+    return pd.DataFrame(out)
 
 
-def read_hub(dataset: str, config: str, split: str, text_column: str | int,
-             label_column: str | int) -> pd.DataFrame:
+def read_hub(dataset: str, config: str, split: str, text_column, label_column) -> pd.DataFrame:
     """Read a split of a Hub dataset (needs network); label ids become their class names."""
     import datasets
 
@@ -499,12 +520,17 @@ def read_hub(dataset: str, config: str, split: str, text_column: str | int,
                          "hub_config, the split name, and that HF_HUB_OFFLINE is not set") from None
     frame = ds.to_pandas()
     where = f"hub:{dataset}/{split}"
-    label_key = frame.columns[_column(frame, where, label_column, "label_column", True)]
-    names = getattr(ds.features.get(label_key), "names", None)
-    if names:
-        # GLUE test splits carry label -1 (hidden): that is a missing label, not a class.
-        frame[label_key] = frame[label_key].map(
-            lambda i: names[i] if 0 <= int(i) < len(names) else None)
+    for column in _listed(label_column):
+        label_key = frame.columns[_column(frame, where, column, "label_column", True)]
+        feature = ds.features.get(label_key)
+        names = getattr(feature, "names", None)
+        if names:
+            # GLUE test splits carry label -1 (hidden): that is a missing label, not a class.
+            frame[label_key] = frame[label_key].map(
+                lambda i: names[i] if 0 <= int(i) < len(names) else None)
+        names = getattr(getattr(feature, "feature", None), "names", None)
+        if names:  # multi-label: a sequence of class ids (go_emotions' `labels`)
+            frame[label_key] = frame[label_key].map(lambda ids: [names[int(i)] for i in ids])
     out = select_columns(frame, where, text_column, label_column)
     out.attrs["read_as"] = "Hugging Face Hub dataset"
     return out
