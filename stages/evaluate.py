@@ -11,7 +11,7 @@ from transformers import AutoModelForSequenceClassification
 from transformers.utils import logging as hf_logging
 
 from wellfed import device as dev
-from wellfed import evaluation, tracking
+from wellfed import evaluation, tasks, tracking
 from wellfed.cli import stage
 from wellfed.data.shards import TokenFile
 from wellfed.outputs import atomic_path, write_json
@@ -27,29 +27,39 @@ def main(tokens_dir, model_dir, run_json, eval_dir):
     precision = dev.choose_precision("auto", device)
     hf_logging.disable_progress_bar()  # a local directory: no download to show, only noise
     model = AutoModelForSequenceClassification.from_pretrained(model_dir)
-    names = meta["labels"]
-    probs = evaluation.predict(model, data, meta["pad_id"], device, precision)
-    metrics = {"split": split, **evaluation.score(data.labels, probs, names)}
-    matrix = evaluation.confusion(data.labels, probs, names)
-    metrics["confusion_matrix"] = matrix.tolist()
-    frame = evaluation.predictions_frame(data, probs, names)
+    names, info = meta["labels"], tasks.read_model_info(Path(model_dir))
+    task, threshold = info["task"], info["threshold"]
+    outputs = evaluation.predict(model, data, meta["pad_id"], device, precision, task=task)
+    metrics = {"split": split, "task": task,
+               **evaluation.score_task(task, data.labels, outputs, names, threshold)}
+    frame = evaluation.predictions_frame(data, outputs, names, task, threshold)
     with atomic_path(out / "predictions.parquet") as tmp:
         frame.to_parquet(tmp, index=False)
+    pairs = evaluation.confusion_pairs(frame, task, names)
     with atomic_path(out / "confusion.csv") as tmp:
-        frame[["gold", "predicted"]].to_csv(tmp, index=False)
+        pairs.to_csv(tmp, index=False)
     with atomic_path(out / "confusion.png") as tmp:
-        evaluation.plot_confusion(matrix, names, tmp)
+        if task == "regression":
+            evaluation.plot_scatter(data.labels, outputs, names, tmp)
+        else:
+            shown = names + ["(none)"] if task == "multi_label" else names
+            matrix = evaluation.confusion(pairs, shown)
+            metrics["confusion_matrix"] = matrix.tolist()
+            evaluation.plot_confusion(matrix, shown, tmp)
     write_json(out / "report.json", metrics)  # per-class scores, confusion matrix: the detail
     run = json.loads(Path(run_json).read_text())
-    tracked = evaluation.tracked(metrics)
-    write_json(out / "metrics.json", {k: tracked[k] for k in ("eval/accuracy", "eval/macro_f1")})
+    tracked = evaluation.tracked(metrics, task)
+    write_json(out / "metrics.json", {f"eval/{k}": metrics[k] for k in evaluation.HEADLINE[task]})
     tracking.log_metrics(run["tracking_uri"], run["mlflow_run_id"], tracked)
     tracking.log_artifacts(run["tracking_uri"], run["mlflow_run_id"], out, "eval")
-    mapping = {key: scores["label"] for key, scores in metrics["per_class"].items()}
+    mapping = {key: scores["label"] for key, scores in
+               metrics.get("per_class", metrics.get("per_target", {})).items()}
     tracking.log_text(run["tracking_uri"], run["mlflow_run_id"],
                       json.dumps(mapping, indent=2, ensure_ascii=False), "eval/label_keys.json")
-    print(f"[wellfed] evaluate on {split} ({metrics['rows']} rows): accuracy "
-          f"{metrics['accuracy']:.4f}, macro-F1 {metrics['macro_f1']:.4f}")
+    shown = ", ".join(f"{k.replace('_', ' ').replace('f1', 'F1')} {metrics[k]:.4f}"
+                      for k in evaluation.HEADLINE[task])
+    at = f" at threshold {threshold:g}" if task == "multi_label" else ""
+    print(f"[wellfed] evaluate on {split} ({metrics['rows']} rows): {shown}{at}")
 
 
 if __name__ == "__main__":

@@ -38,7 +38,8 @@ def main(raw_dir, prepared_dir, report_json):
     with atomic_path(prepared_dir, is_dir=True) as tmp:
         for split, frame in splits.items():
             pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp / f"{split}.parquet")
-        write_json(tmp / "labels.json", {"names": names})
+        write_json(tmp / "labels.json", {"names": names, "task": report["task"],
+                                         "text_columns": [str(c) for c in cfg.text_columns()]})
     write_json(report_json, report)
     for line in prepare.summary(report, report_json):
         print(f"[wellfed] {line}")

@@ -19,20 +19,26 @@ from wellfed.outputs import atomic_path, write_json
 def main(prepared_dir, tokens_dir, stats_json):
     tok_cfg, model_cfg = load_params("params.yaml", "tokenize", "model")
     prepared = Path(prepared_dir)
-    labels = json.loads((prepared / "labels.json").read_text())["names"]
+    label_info = json.loads((prepared / "labels.json").read_text())
     source = resolve_source(model_cfg.name)
     tokenizer = load_tokenizer(source, model_cfg.trust_remote_code)
+    # A pair for a model with token types (BERT-style): keep where the second segment starts.
+    segments = (len(label_info.get("text_columns", [])) == 2
+                and "token_type_ids" in tokenizer.model_input_names)
     stats = {}
     with atomic_path(tokens_dir, is_dir=True) as tmp:
         for split_file in sorted(prepared.glob("*.parquet")):
             split = split_file.stem
             encoder = SplitTokenizer(tokenizer, tok_cfg.max_length, tok_cfg.batch_rows)
-            write_token_file(tmp / f"{split}.arrow", encoder.batches(str(split_file), split),
+            write_token_file(tmp / f"{split}.arrow",
+                             encoder.batches(str(split_file), split, segments),
                              {"model_source": source, "max_length": str(tok_cfg.max_length)})
             stats[split] = encoder.stats()
             print(f"[wellfed] tokenize {split}: {stats[split]}")
         tokenizer.save_pretrained(tmp / "tokenizer")
-        write_json(tmp / "meta.json", {"model_source": source, "labels": labels,
+        write_json(tmp / "meta.json", {"model_source": source, "labels": label_info["names"],
+                                       "task": label_info.get("task", "single_label"),
+                                       "text_columns": label_info.get("text_columns", ["text"]),
                                        "pad_id": tokenizer.pad_token_id or 0,
                                        "max_length": tok_cfg.max_length})
     write_json(stats_json, stats)

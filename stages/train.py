@@ -8,9 +8,10 @@ import sys
 import time
 from pathlib import Path
 
-from wellfed import tracking
+from wellfed import evaluation, tasks, tracking
 from wellfed.cli import stage
 from wellfed.config import SECTIONS, flatten, load_params
+from wellfed.data.shards import TokenFile
 from wellfed.outputs import atomic_path, write_json
 from wellfed.telemetry import diagnosis, plots
 from wellfed.train import driver, preemption, runs
@@ -29,13 +30,25 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir):
     try:
         checkpoint, run_id, info = driver.fit(
             tokens_dir=tokens, model_source=meta["model_source"], labels=meta["labels"],
-            pad_id=meta["pad_id"], model_cfg=model_cfg, train_cfg=train_cfg, data_cfg=data_cfg,
+            pad_id=meta["pad_id"], task=meta.get("task", "single_label"), model_cfg=model_cfg, train_cfg=train_cfg, data_cfg=data_cfg,
             ray_cfg=ray_cfg, storage=Path(checkpoint_dir), uri=uri,
             experiment=mlflow_cfg.experiment, params=params, tags=tracking.git_tags(Path.cwd()))
     except preemption.Stopped as stop:  # SIGTERM (SLURM, spot) or Ctrl-C: one line, 128 + signal
         print(f"[wellfed] {stop}", file=sys.stderr, flush=True)
         sys.exit(stop.exit_code)
     history = driver.export_model(checkpoint, tokens, Path(model_dir), uri, run_id)
+    task = meta.get("task", "single_label")
+    info = {"task": task, "text_columns": meta.get("text_columns", ["text"]),
+            "threshold": tasks.VAL_THRESHOLD, "max_length": meta.get("max_length", 128)}
+    if task == "multi_label" and train_cfg.threshold != "tune":
+        info["threshold"] = float(train_cfg.threshold)
+    elif task == "multi_label":
+        info["threshold"], f1, half = evaluation.threshold_on(
+            model_dir, TokenFile(tokens / "validation.arrow"), meta["pad_id"])
+        print(f"[wellfed] multi-label threshold {info['threshold']:g}: validation macro-F1 "
+              f"{f1:.4f} (at 0.5: {half:.4f})")
+        tracking.log_metrics(uri, run_id, {"train/threshold": info["threshold"]})
+    tasks.write_model_info(Path(model_dir), info)  # predict/serve read it beside config.json
     seconds = time.time() - started
     driver.write_history(history, tracking.metric_table(uri, run_id, tracking.PERF_CURVE),
                          out / "history")

@@ -98,5 +98,6 @@ def forward(model, batch: dict, host: dict):
     time of the masked one for MiniLM fwd+bwd on 32x14 tokens. `host` is the CPU copy, so the
     check costs no device sync."""
     padded = not bool(host["attention_mask"].all())
+    types = {"token_type_ids": batch["token_type_ids"]} if "token_type_ids" in batch else {}
     return model(input_ids=batch["input_ids"],
-                 attention_mask=batch["attention_mask"] if padded else None).logits
+                 attention_mask=batch["attention_mask"] if padded else None, **types).logits

@@ -21,6 +21,7 @@ from sklearn.metrics import (accuracy_score, confusion_matrix, f1_score,
 from tqdm import tqdm
 
 from wellfed import device as dev
+from wellfed import tasks
 from wellfed.data.batching import BatchSpec, eval_batches
 from wellfed.data.shards import TokenFile
 from wellfed.names import keys as label_keys
@@ -29,8 +30,10 @@ log = logging.getLogger(__name__)
 
 
 def predict(model, data: TokenFile, pad_id: int, device: torch.device, precision,
-            batch_rows: int = 64, batch_tokens: int = 8192) -> np.ndarray:
-    """Class probabilities for every row of `data`, in file order."""
+            batch_rows: int = 64, batch_tokens: int = 8192,
+            task: str = "single_label") -> np.ndarray:
+    """Every row's outputs (wellfed.tasks.outputs: class or label probabilities, regression
+    values), in file order."""
     model.eval().to(device)
     spec = BatchSpec(global_batch=1, micro_rows=batch_rows, micro_tokens=batch_tokens,
                      pad_multiple=dev.pad_multiple(0, device))
@@ -42,7 +45,7 @@ def predict(model, data: TokenFile, pad_id: int, device: torch.device, precision
             batch = dev.to_device(host, device)
             with dev.autocast(device, precision):
                 logits = dev.forward(model, batch, host)
-            probs[idx] = torch.softmax(logits.float(), -1).cpu().numpy()
+            probs[idx] = tasks.outputs(task, logits).cpu().numpy()
     return probs
 
 
@@ -62,26 +65,102 @@ def score(gold: np.ndarray, probs: np.ndarray, names: list[str]) -> dict:
                                                            recall, f1, support)}}
 
 
-def tracked(metrics: dict) -> dict[str, float]:
-    """`score`'s figures under their MLflow keys: eval/accuracy, eval/<key>/precision, ..."""
-    flat = {"eval/accuracy": metrics["accuracy"], "eval/macro_f1": metrics["macro_f1"]}
-    for key, scores in metrics["per_class"].items():
+def score_multi_label(gold: np.ndarray, probs: np.ndarray, names: list[str],
+                      threshold: float) -> dict:
+    """Micro/macro-F1, subset accuracy (every label of a row right) and per-label figures of
+    0/1 `gold` against `probs` >= `threshold`."""
+    pred = (probs >= threshold).astype(int)
+    gold = gold.astype(int)
+    precision, recall, f1, support = precision_recall_fscore_support(gold, pred, zero_division=0)
+    return {"threshold": float(threshold),
+            "micro_f1": float(f1_score(gold, pred, average="micro", zero_division=0)),
+            "macro_f1": float(f1_score(gold, pred, average="macro", zero_division=0)),
+            "subset_accuracy": float(accuracy_score(gold, pred)),
+            "rows": int(len(gold)),
+            "per_class": {key: {"label": str(name), "precision": float(p), "recall": float(r),
+                                "f1": float(f), "support": int(s)}
+                          for key, name, p, r, f, s in zip(label_keys(names), names, precision,
+                                                           recall, f1, support)}}
+
+
+def score_regression(gold: np.ndarray, values: np.ndarray, names: list[str]) -> dict:
+    """Pearson r, Spearman rho and MSE per target, and their means over targets."""
+    from scipy.stats import pearsonr, spearmanr
+
+    per = {}
+    for i, (key, name) in enumerate(zip(label_keys(names), names)):
+        g, v = gold[:, i].astype(np.float64), values[:, i].astype(np.float64)
+        constant = g.std() == 0 or v.std() == 0  # r is undefined: say 0, not NaN
+        per[key] = {"label": str(name),
+                    "pearson": 0.0 if constant else float(pearsonr(g, v)[0]),
+                    "spearman": 0.0 if constant else float(spearmanr(g, v)[0]),
+                    "mse": float(np.mean((g - v) ** 2)), "gold_sd": float(g.std())}
+    mean = {k: float(np.mean([t[k] for t in per.values()])) for k in ("pearson", "spearman", "mse")}
+    return {**mean, "rows": int(len(gold)), "per_target": per}
+
+
+HEADLINE = {"single_label": ("accuracy", "macro_f1"),
+            "multi_label": ("micro_f1", "macro_f1", "subset_accuracy"),
+            "regression": ("pearson", "spearman", "mse")}
+"""Each task's figures in the DVC metrics file (eval/<name>); the rest are in the report."""
+
+
+def score_task(task: str, gold: np.ndarray, outputs: np.ndarray, names: list[str],
+               threshold: float = tasks.VAL_THRESHOLD) -> dict:
+    if task == "multi_label":
+        return score_multi_label(gold, outputs, names, threshold)
+    if task == "regression":
+        return score_regression(gold, outputs, names)
+    return score(gold, outputs, names)
+
+
+def tracked(metrics: dict, task: str = "single_label") -> dict[str, float]:
+    """The scores under their MLflow keys: eval/accuracy, eval/<key>/precision, ..."""
+    flat = {f"eval/{k}": metrics[k] for k in HEADLINE[task]}
+    for key, scores in metrics.get("per_class", {}).items():
         flat.update({f"eval/{key}/{k}": scores[k] for k in ("precision", "recall", "f1")})
+    for key, scores in metrics.get("per_target", {}).items():
+        flat.update({f"eval/{key}/{k}": scores[k] for k in ("pearson", "spearman", "mse")})
     return flat
 
 
-def predictions_frame(data: TokenFile, probs: np.ndarray, names: list[str]) -> pd.DataFrame:
-    """Row id, gold and predicted label text, and one `prob_<key>` column per class."""
-    pred = probs.argmax(1)
-    frame = pd.DataFrame({"row_id": data.row_ids, "gold": np.asarray(names, object)[data.labels],
-                          "predicted": np.asarray(names, object)[pred]})
-    for i, key in enumerate(label_keys(names)):
+def tune_threshold(gold: np.ndarray, probs: np.ndarray) -> tuple[float, float]:
+    """Multi-label: the threshold in 0.05..0.95 with the best macro-F1 (ties: nearest 0.5)."""
+    grid = np.round(np.arange(0.05, 0.951, 0.05), 2)
+    gold = gold.astype(int)
+    scores = [f1_score(gold, (probs >= t).astype(int), average="macro", zero_division=0)
+              for t in grid]
+    best = max(range(len(grid)), key=lambda i: (round(scores[i], 12), -abs(grid[i] - 0.5)))
+    return float(grid[best]), float(scores[best])
+
+
+def predictions_frame(data: TokenFile, probs: np.ndarray, names: list[str],
+                      task: str = "single_label", threshold: float = 0.5) -> pd.DataFrame:
+    """Row id and gold and predicted values. Single-label: label text and one `prob_<key>`
+    column per class; multi-label: the lists of label texts and `prob_<key>`; regression:
+    `gold_<key>` and `predicted_<key>` per target."""
+    keys = label_keys(names)
+    frame = pd.DataFrame({"row_id": data.row_ids})
+    if task == "regression":
+        for i, key in enumerate(keys):
+            frame[f"gold_{key}"] = data.labels[:, i]
+            frame[f"predicted_{key}"] = probs[:, i]
+        return frame
+    named = np.asarray(names, object)
+    if task == "multi_label":
+        frame["gold"] = [list(named[row > 0.5]) for row in data.labels]
+        frame["predicted"] = [list(named[row >= threshold]) for row in probs]
+    else:
+        frame["gold"] = named[data.labels]
+        frame["predicted"] = named[probs.argmax(1)]
+    for i, key in enumerate(keys):
         frame[f"prob_{key}"] = probs[:, i]
     return frame
 
 
-def confusion(gold: np.ndarray, probs: np.ndarray, names: list[str]) -> np.ndarray:
-    return confusion_matrix(gold, probs.argmax(1), labels=list(range(len(names))))
+def confusion(pairs: pd.DataFrame, labels: list) -> np.ndarray:
+    """Counts of `confusion_pairs`, gold in rows, predicted in columns, in `labels` order."""
+    return confusion_matrix(pairs["gold"], pairs["predicted"], labels=labels)
 
 
 def plot_confusion(matrix: np.ndarray, names: list[str], path) -> None:
@@ -118,3 +197,57 @@ def tick_label(name, chars: int = 30) -> str:
     """A label as a tick: its own text, cut to `chars` characters (the full text is in the data)."""
     text = str(name)
     return text if len(text) <= chars else text[:chars - 1] + "…"
+
+
+def confusion_pairs(frame: pd.DataFrame, task: str, names: list[str]) -> pd.DataFrame:
+    """The (gold, predicted) pairs DVC's confusion template counts. Single-label: one per row;
+    multi-label: one per label a row holds or was given, the other side `(none)` when it
+    missed; regression: the first target's values rounded to 0.5 (bins, not classes)."""
+    if task == "single_label":
+        return frame[["gold", "predicted"]]
+    if task == "regression":
+        key = label_keys(names)[0]
+        return pd.DataFrame({"gold": (frame[f"gold_{key}"] * 2).round() / 2,
+                             "predicted": (frame[f"predicted_{key}"] * 2).round() / 2})
+    pairs = []
+    for gold, pred in zip(frame["gold"], frame["predicted"]):
+        for label in sorted(set(gold) | set(pred), key=str):
+            pairs.append((label if label in gold else "(none)",
+                          label if label in pred else "(none)"))
+    return pd.DataFrame(pairs, columns=["gold", "predicted"])
+
+
+def plot_scatter(gold: np.ndarray, values: np.ndarray, names: list[str], path) -> None:
+    """Regression: predicted against gold per target, with the diagonal."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with matplotlib.rc_context({"text.parse_math": False}):
+        fig, axes = plt.subplots(1, len(names), figsize=(4 * len(names), 4), dpi=110,
+                                 squeeze=False)
+        for ax, g, v, name in zip(axes[0], gold.T, values.T, names):
+            ax.scatter(g, v, s=4, alpha=0.4)
+            low, high = float(min(g.min(), v.min())), float(max(g.max(), v.max()))
+            ax.plot([low, high], [low, high], color="grey", lw=1)
+            ax.set_xlabel(f"gold {tick_label(name)}")
+            ax.set_ylabel("predicted")
+        fig.suptitle("predicted vs gold")
+        fig.savefig(path, format="png", bbox_inches="tight")
+        plt.close(fig)
+
+
+def threshold_on(model_dir, data: TokenFile, pad_id: int) -> tuple[float, float, float]:
+    """Multi-label: (tuned threshold, its macro-F1, macro-F1 at 0.5) of the model in
+    `model_dir` on `data` (the validation split), on the GPU when there is one."""
+    from transformers import AutoModelForSequenceClassification
+
+    device = torch.device("cuda" if dev.cuda_available() else "cpu")
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir)
+    probs = predict(model, data, pad_id, device, dev.choose_precision("auto", device),
+                    task="multi_label")
+    best, f1 = tune_threshold(data.labels, probs)
+    half = f1_score(data.labels.astype(int), (probs >= 0.5).astype(int), average="macro",
+                    zero_division=0)
+    return best, f1, float(half)

@@ -50,16 +50,20 @@ def load_tokenizer(source: str, trust_remote_code: bool = False):
     return tokenizer
 
 
-def load_model(cfg: ModelConfig, source: str, names: list[str]):
-    """A sequence classifier with a fresh head for `names`, pretrained or random-init."""
+def load_model(cfg: ModelConfig, source: str, names: list[str], task: str = "single_label"):
+    """A sequence classifier with a fresh head for `names` (classes, or regression targets),
+    pretrained or random-init; `config.problem_type` records the task for whoever loads it."""
     from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    from wellfed.tasks import PROBLEM_TYPE
 
     if cfg.trust_remote_code:
         log.warning("model.trust_remote_code is on: %s may run its own Python code", source)
     id2label = dict(enumerate(names))
     label2id = {n: i for i, n in id2label.items()}
     config = AutoConfig.from_pretrained(source, num_labels=len(names), id2label=id2label,
-                                        label2id=label2id, trust_remote_code=cfg.trust_remote_code)
+                                        label2id=label2id, problem_type=PROBLEM_TYPE[task],
+                                        trust_remote_code=cfg.trust_remote_code)
     if cfg.init == "random":
         return AutoModelForSequenceClassification.from_config(
             config, trust_remote_code=cfg.trust_remote_code)

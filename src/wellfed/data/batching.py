@@ -140,9 +140,14 @@ def collate(data, idx: np.ndarray, pad_id: int, multiple: int) -> dict[str, np.n
         batch = data.gather(idx, pad_id, multiple)
         batch["weights"] = np.ones(len(idx), np.float32)
         return batch
-    return {"input_ids": np.full((1, 1), pad_id, np.int64),
-            "attention_mask": np.ones((1, 1), np.int64),
-            "labels": np.zeros(1, np.int64), "weights": np.zeros(1, np.float32)}
+    filler = {"input_ids": np.full((1, 1), pad_id, np.int64),
+              "attention_mask": np.ones((1, 1), np.int64),
+              "labels": np.zeros((1,) + data.labels.shape[1:],
+                                 np.int64 if data.labels.ndim == 1 else np.float32),
+              "weights": np.zeros(1, np.float32)}
+    if data.segments is not None:
+        filler["token_type_ids"] = np.zeros((1, 1), np.int64)
+    return filler
 
 
 class MicroBatches:

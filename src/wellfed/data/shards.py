@@ -1,8 +1,10 @@
 """The token-file format: one Arrow IPC file per split, a single record batch, memory-mapped.
 
 Columns: `input_ids` large_list<int32> (no padding; 64-bit offsets, so a split holds any number
-of tokens: a 32-bit list stops at 2^31, ~20M rows of 100 tokens), `label` int64, `length` int32,
-`row_id` int64. Files written with 32-bit list offsets read the same.
+of tokens: a 32-bit list stops at 2^31, ~20M rows of 100 tokens), `label` int64 (a class id) or
+fixed_size_list<float32>[K] (multi-hot labels, regression targets), `length` int32, `row_id`
+int64, and for sentence pairs on models with token types `segment` int32 (where the second
+segment starts). Files written with 32-bit list offsets read the same.
 
 Writing streams token ids to a scratch file first, so memory stays bounded by one tokenizer
 batch however many rows there are, then emits the whole split as ONE record batch whose values
@@ -24,8 +26,9 @@ import pyarrow as pa
 class TokenBatch(NamedTuple):
     values: np.ndarray  # int32, the rows' token ids back to back
     lengths: np.ndarray  # int32, tokens per row
-    labels: np.ndarray  # int64
+    labels: np.ndarray  # int64 class ids, or float32 (rows, K): multi-hot labels / targets
     row_ids: np.ndarray  # int64
+    segments: np.ndarray | None = None  # int32, where a pair's second segment starts
 
 
 def write_token_file(path: str | Path, batches: Iterable[TokenBatch],
@@ -33,14 +36,17 @@ def write_token_file(path: str | Path, batches: Iterable[TokenBatch],
     """Stream `batches` into one single-record-batch Arrow IPC file at `path`; return rows."""
     path = Path(path)
     scratch = path.with_name(path.name + ".values")
-    lengths, labels, row_ids = [], [], []
+    lengths, labels, row_ids, segments = [], [], [], []
     try:
         with open(scratch, "wb") as out:
             for batch in batches:
                 np.ascontiguousarray(batch.values, dtype=np.int32).tofile(out)
                 lengths.append(np.asarray(batch.lengths, np.int32))
-                labels.append(np.asarray(batch.labels, np.int64))
+                labels.append(np.asarray(batch.labels, np.int64 if np.ndim(batch.labels) == 1
+                                         else np.float32))
                 row_ids.append(np.asarray(batch.row_ids, np.int64))
+                if batch.segments is not None:
+                    segments.append(np.asarray(batch.segments, np.int32))
         length = np.concatenate(lengths) if lengths else np.zeros(0, np.int32)
         offsets = np.zeros(len(length) + 1, np.int64)
         np.cumsum(length, out=offsets[1:])
@@ -49,10 +55,16 @@ def write_token_file(path: str | Path, batches: Iterable[TokenBatch],
                       else pa.py_buffer(b""))
         values = pa.Array.from_buffers(pa.int32(), n_values, [None, values_buf])
         ids = pa.LargeListArray.from_arrays(pa.array(offsets), values)
-        table = pa.record_batch(
-            [ids, pa.array(np.concatenate(labels) if labels else np.zeros(0, np.int64)),
-             pa.array(length), pa.array(np.concatenate(row_ids) if row_ids else np.zeros(0, np.int64))],
-            names=["input_ids", "label", "length", "row_id"])
+        label = np.concatenate(labels) if labels else np.zeros(0, np.int64)
+        label_column = (pa.array(label) if label.ndim == 1 else  # K floats per row
+                        pa.FixedSizeListArray.from_arrays(pa.array(label.ravel()), label.shape[1]))
+        columns = [ids, label_column, pa.array(length),
+                   pa.array(np.concatenate(row_ids) if row_ids else np.zeros(0, np.int64))]
+        names = ["input_ids", "label", "length", "row_id"]
+        if segments:
+            columns.append(pa.array(np.concatenate(segments)))
+            names.append("segment")
+        table = pa.record_batch(columns, names=names)
         schema = table.schema.with_metadata(metadata or {})
         with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
             writer.write_batch(table)
@@ -85,8 +97,13 @@ class TokenFile:
         self.offsets = ids.offsets.to_numpy(zero_copy_only=True)
         self.values = ids.values.to_numpy(zero_copy_only=True)
         self.lengths = batch.column("length").to_numpy(zero_copy_only=True)
-        self.labels = batch.column("label").to_numpy(zero_copy_only=True)
+        label = batch.column("label")
+        self.labels = (label.to_numpy(zero_copy_only=True) if not pa.types.is_fixed_size_list(label.type)
+                       else label.flatten().to_numpy(zero_copy_only=True).reshape(len(label), -1))
         self.row_ids = batch.column("row_id").to_numpy(zero_copy_only=True)
+        names = batch.schema.names
+        self.segments = (batch.column("segment").to_numpy(zero_copy_only=True)
+                         if "segment" in names else None)
 
     def __len__(self) -> int:
         return len(self.lengths)
@@ -105,6 +122,12 @@ class TokenFile:
         pos = np.arange(int(lens.sum())) - np.repeat(first, lens)
         input_ids = np.full((len(idx), width), pad_id, np.int64)
         input_ids[row_of, pos] = self.values[np.repeat(self.offsets[idx], lens) + pos]
-        mask = (np.arange(width)[None, :] < lens[:, None]).astype(np.int64)
-        return {"input_ids": input_ids, "attention_mask": mask,
-                "labels": self.labels[idx].astype(np.int64)}
+        columns = np.arange(width)[None, :]
+        mask = (columns < lens[:, None]).astype(np.int64)
+        labels = self.labels[idx]
+        batch = {"input_ids": input_ids, "attention_mask": mask,
+                 "labels": labels.astype(np.int64) if labels.ndim == 1 else labels}
+        if self.segments is not None:  # a pair for a model with token types (BERT-style)
+            batch["token_type_ids"] = ((columns >= self.segments[idx, None]) & (mask == 1)
+                                       ).astype(np.int64)
+        return batch

@@ -36,6 +36,10 @@ def flush_backlog(uri: str, run_id: str, path: str | Path) -> int:
     return len(rows)
 
 
+VAL_SHOWN = (("val/accuracy", "acc"), ("val/macro_f1", "macro-F1"), ("val/pearson", "pearson"))
+"""The validation figure the progress line shows: the first of these the task has."""
+
+
 class MlflowCallback(ray.train.UserCallback):
     """Runs in the Ray Train controller: logs every report into the one MLflow run.
 
@@ -135,12 +139,13 @@ class MlflowCallback(ray.train.UserCallback):
     def _progress(self, rank0: dict, rec: dict, scalars: dict) -> None:
         now = time.time()
         total = rank0["steps_total"]
-        if now - self.last_print < 10 and rec["step"] < total and "val/accuracy" not in scalars:
+        if now - self.last_print < 10 and rec["step"] < total and "val/loss" not in scalars:
             return
         self.last_print = now
         done = rec["step"] / total
         eta = (now - self.started) * (1 - done) / max(done, 1e-9)
-        val = f" | val acc {scalars['val/accuracy']:.4f}" if "val/accuracy" in scalars else ""
+        shown = [(k, name) for k, name in VAL_SHOWN if k in scalars][:1]
+        val = "".join(f" | val {name} {scalars[k]:.4f}" for k, name in shown)
         print(f"[wellfed] step {rec['step']}/{total} | epoch {rec['epoch']} | loss {rec['loss']:.4f}"
               f" | {scalars['perf/samples_per_s']:.1f} samples/s"
               f" | {scalars['perf/real_tokens_per_s']:.0f} tok/s{val} | ETA {eta:.0f}s", flush=True)

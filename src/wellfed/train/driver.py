@@ -13,9 +13,10 @@ import shutil
 import sys
 from pathlib import Path
 
-from wellfed import privacy, tracking
+from wellfed import privacy, tasks, tracking
 from wellfed.cli import Interrupted, StageError
 from wellfed.data import staging
+from wellfed.data.shards import TokenFile
 from wellfed.config import DataConfig, ModelConfig, RayConfig, TrainConfig
 from wellfed.train import checkpoint, preemption, runs
 
@@ -260,7 +261,7 @@ def finish(result, run: runs.Run, uri: str, run_id: str, backlog: Path) -> None:
         print(f"[wellfed] removed {removed} superseded or orphaned checkpoint dir(s)", flush=True)
 
 
-def fit(*, tokens_dir: Path, model_source: str, labels: list[str], pad_id: int,
+def fit(*, tokens_dir: Path, model_source: str, labels: list[str], pad_id: int, task: str,
         model_cfg: ModelConfig, train_cfg: TrainConfig, data_cfg: DataConfig, ray_cfg: RayConfig,
         storage: Path, uri: str, experiment: str, params: dict,
         tags: dict) -> tuple[object, str, dict]:
@@ -274,7 +275,10 @@ def fit(*, tokens_dir: Path, model_source: str, labels: list[str], pad_id: int,
     run = runs.plan(tokens_dir, train_cfg, model_cfg,
                     ray_cfg.storage_path or str(storage.resolve()))
     job = TrainJob(train=train_cfg, data=data_cfg, model=model_cfg, tokens_dir=tokens_dir.resolve(),
-                   model_source=model_source, labels=tuple(labels), pad_id=pad_id)
+                   model_source=model_source, labels=tuple(labels), pad_id=pad_id, task=task)
+    # Before Ray starts: a class weight naming no label is a params mistake, said in one line.
+    tasks.loss_weights(task, train_cfg.class_weights,
+                       TokenFile(tokens_dir / "train.arrow").labels, list(labels))
     loop_config = {"job": job, "threads": ray_cfg.cpus_per_worker}
     with preemption.daemons_apart():  # so that a signal to dvc's process group spares them
         connect(ray_cfg)
@@ -328,9 +332,8 @@ def summarize(history: list[dict], seconds: float, figures) -> dict:
     validation (`val/*`, whose latest MLflow value is the same number), the stage's training
     wall time and rows, and the run's means over report intervals from the diagnosis
     `figures` (a `RunFigures`). Aggregations: README, "The pipeline"."""
-    evals = [h for h in history if "val/accuracy" in h]
-    out = {"val/loss": evals[-1]["val/loss"], "val/accuracy": evals[-1]["val/accuracy"]} \
-        if evals else {}
+    evals = [h for h in history if "val/loss" in h]
+    out = {k: v for k, v in evals[-1].items() if k.startswith("val/")} if evals else {}
     return {**out, "train/seconds": round(seconds, 1),
             "train/rows": int(sum(h["rows"] for h in history)),
             "train/real_tokens_per_s": figures.real_tokens_per_s,
@@ -350,7 +353,8 @@ def write_history(history: list[dict], perf: list[dict], directory: Path) -> Non
     with atomic_path(directory, is_dir=True) as tmp:
         frame[["step", "loss", "lr", "grad_norm"]].to_csv(tmp / "steps.csv", index=False)
         pd.DataFrame(perf).to_csv(tmp / "perf.csv", index=False)
-        if "val/accuracy" in frame:
-            val = frame.dropna(subset=["val/accuracy"])[["step", "val/accuracy", "val/loss"]]
-            val.rename(columns={"val/accuracy": "val_accuracy", "val/loss": "val_loss"}).to_csv(
+        if "val/loss" in frame:  # the task's figures: val_accuracy, val_macro_f1, val_pearson...
+            keys = [k for k in frame if k.startswith("val/")]
+            val = frame.dropna(subset=["val/loss"])[["step", *keys]]
+            val.rename(columns={k: k.replace("/", "_") for k in keys}).to_csv(
                 tmp / "validation.csv", index=False)

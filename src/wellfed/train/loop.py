@@ -19,9 +19,9 @@ from typing import Callable, Iterator, NamedTuple
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from wellfed import device as dev
+from wellfed import tasks
 from wellfed.config import DataConfig, ModelConfig, TrainConfig
 from wellfed.data.batching import (BatchSpec, MicroBatches, Step, collate, eval_batches,
                                    iterate_steps, steps_per_epoch)
@@ -49,8 +49,10 @@ class TrainJob:
     model_source: str
     """Packaged default, local directory or Hub id, as resolved by the tokenize stage."""
     labels: tuple[str, ...]
-    """Class names in id order."""
+    """Class names in id order (regression: the target names)."""
     pad_id: int
+    task: str = "single_label"
+    """single_label, multi_label or regression (wellfed.tasks)."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,9 @@ class Setup:
     device: torch.device
     world: int
     max_grad_norm: float
+    task: str = "single_label"
+    loss_weights: torch.Tensor | None = None
+    """Per-class loss weights on the device (train.class_weights), or None."""
 
 
 class StepResult(NamedTuple):
@@ -108,7 +113,8 @@ def total_steps(n_rows: int, cfg: TrainConfig) -> int:
     return min(planned, cfg.max_steps) if cfg.max_steps else planned
 
 
-def setup(cfg: TrainConfig, model, n_rows: int, device: torch.device, world: int = 1) -> Setup:
+def setup(cfg: TrainConfig, model, n_rows: int, device: torch.device, world: int = 1,
+          task: str = "single_label", loss_weights: torch.Tensor | None = None) -> Setup:
     """Optimizer, warmup + linear decay, GradScaler and batch plan for `model` (already on its
     device, DDP-wrapped under Ray), in train mode: from_pretrained returns eval mode."""
     from transformers import get_linear_schedule_with_warmup
@@ -122,7 +128,8 @@ def setup(cfg: TrainConfig, model, n_rows: int, device: torch.device, world: int
                      pad_multiple=dev.pad_multiple(cfg.pad_multiple, device), seed=cfg.seed,
                      pool_batches=cfg.pool_batches)
     return Setup(model.train(), optimizer, scheduler, dev.grad_scaler(device, precision),
-                 precision, spec, steps, device, world, cfg.max_grad_norm)
+                 precision, spec, steps, device, world, cfg.max_grad_norm, task,
+                 None if loss_weights is None else loss_weights.to(device))
 
 
 def micro_batches(steps: Iterator[Step], data: TokenFile, path: Path, pad_id: int, multiple: int,
@@ -167,10 +174,10 @@ def train_step(s: Setup, step: Step, batches: Iterator[dict], meter: StepMeter,
         with meter.computing(), (contextlib.nullcontext() if last else no_sync()):
             with dev.autocast(s.device, s.precision):
                 logits = dev.forward(s.model, batch, host)
-            ce = F.cross_entropy(logits.float(), batch["labels"], reduction="none")
+            rows = tasks.row_loss(s.task, logits, batch["labels"], s.loss_weights)
             # Sum over this rank's rows / rows in the global batch; DDP averages gradients over
             # ranks, so x world makes the gradient that of the whole global batch's mean loss.
-            loss = (ce * batch["weights"]).sum() * s.world / step.global_rows
+            loss = (rows * batch["weights"]).sum() * s.world / step.global_rows
             s.scaler.scale(loss).backward()
         loss_sum += loss.detach()
     with meter.computing():
@@ -196,24 +203,28 @@ def count_bad(bad: int, losses: list[float]) -> int:
     return bad
 
 
-def evaluate_split(s: Setup, data: TokenFile, rank: int, pad_id: int) -> dict[str, float]:
-    """Validation loss/accuracy over all ranks (each takes every world_size-th sorted batch)."""
+def evaluate_split(s: Setup, data: TokenFile, rank: int, pad_id: int, k: int) -> dict[str, float]:
+    """The task's validation figures over all ranks (each takes every world_size-th sorted
+    batch; their sums meet in one all-reduce)."""
     s.model.eval()
-    totals = torch.zeros(3, dtype=torch.float64, device=s.device)  # correct, loss sum, rows
+    totals = None
     with torch.no_grad():
         for idx in eval_batches(data.lengths, s.spec, rank):
             host = data.gather(idx, pad_id, s.spec.pad_multiple)
             batch = dev.to_device(host, s.device)
             with dev.autocast(s.device, s.precision):
-                logits = dev.forward(s.model, batch, host).float()
-            totals[0] += (logits.argmax(-1) == batch["labels"]).sum()
-            totals[1] += F.cross_entropy(logits, batch["labels"], reduction="sum")
-            totals[2] += len(idx)
+                logits = dev.forward(s.model, batch, host)
+            sums = tasks.val_stats(s.task, logits, batch["labels"])
+            totals = sums if totals is None else totals + sums
+    if totals is None:  # a rank with no validation batch still joins the all-reduce
+        totals = tasks.val_stats(s.task, torch.zeros((0, k), device=s.device),
+                                 torch.zeros((0,) + data.labels.shape[1:], device=s.device,
+                                             dtype=torch.long if data.labels.ndim == 1
+                                             else torch.float32))
     if torch.distributed.is_initialized():
         torch.distributed.all_reduce(totals)
     s.model.train()
-    correct, loss, rows = totals.tolist()
-    return {"val/accuracy": correct / max(rows, 1), "val/loss": loss / max(rows, 1)}
+    return tasks.val_metrics(s.task, totals.tolist(), k)
 
 
 @contextlib.contextmanager
@@ -276,8 +287,9 @@ def train(job: TrainJob, place: Place, report: Report, *, resume: Path | None = 
     train_data = TokenFile(job.tokens_dir / "train.arrow")
     val_data = TokenFile(job.tokens_dir / "validation.arrow")
     torch.manual_seed(cfg.seed)  # identical head init on every rank
-    model = wrap(load_model(job.model, job.model_source, list(job.labels)).to(device))
-    s = setup(cfg, model, len(train_data), device, place.world)
+    model = wrap(load_model(job.model, job.model_source, list(job.labels), job.task).to(device))
+    s = setup(cfg, model, len(train_data), device, place.world, job.task,
+              tasks.loss_weights(job.task, cfg.class_weights, train_data.labels, list(job.labels)))
     state = {"epoch": 0, "index": 0, "step": 0, "history": []}
     if resume:
         state = checkpoint.load(resume, s)
@@ -325,7 +337,8 @@ def train(job: TrainJob, place: Place, report: Report, *, resume: Path | None = 
             metrics = {**facts, "records": pending, **meter.interval(),
                        "telemetry": sampler.snapshot(), "sampler": sampler.kind}
             if do_eval:
-                metrics["val"] = evaluate_split(s, val_data, place.rank, job.pad_id)
+                metrics["val"] = evaluate_split(s, val_data, place.rank, job.pad_id,
+                                                len(job.labels))
             state["history"] += pending[:-1] + [dict(pending[-1], **metrics.get("val", {}))]
             if do_ckpt:
                 with tempfile.TemporaryDirectory() as tmp:
