@@ -75,16 +75,52 @@ def load_model(cfg: ModelConfig, source: str, names: list[str]):
         hf_logging.set_verbosity(verbosity)
 
 
+# Families whose MLP is gated (SwiGLU/GeGLU: gate, up and down matrices), by model_type, for
+# configs whose activation does not tell: Gemma's is gelu_pytorch_tanh, gated all the same.
+GATED_MLP = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma",
+             "gemma2", "gemma3_text", "phi3", "olmo", "olmo2", "granite", "cohere", "internlm2",
+             "smollm3", "ministral", "exaone", "glm", "helium"}
+
+
+def first_attr(config, names: tuple[str, ...], default=None):
+    for name in names:
+        value = getattr(config, name, None)
+        if value is not None:
+            return value
+    return default
+
+
 def flops_per_token(config, seq_len: float) -> float:
     """Training FLOPs per token: 6 x (non-embedding) params + attention scores (Kaplan et al.).
 
     Forward is 2 FLOPs per weight per token; backward twice that. Attention adds QK^T and AV:
-    2 x 2 x layers x seq_len x hidden per token forward, x3 with backward.
+    2 x 2 x layers x seq_len x (heads x head_dim) per token forward, x3 with backward.
+    Reads BERT-, GPT-2- (n_embd, n_layer, n_inner) and Llama-style configs: grouped-query
+    attention (num_key_value_heads) shrinks K and V, a gated MLP has three matrices, and only
+    encoders have a pooler (one hidden x hidden product per sequence, not per token). Causal
+    attention is counted whole, as torch's FlopCounterMode and the usual MFU figures count it.
     """
-    hidden = config.hidden_size
-    layers = config.num_hidden_layers
-    inter = getattr(config, "intermediate_size", 4 * hidden)
-    per_layer = 4 * hidden * hidden + 2 * hidden * inter  # Q, K, V, O + the two MLP matrices
-    dense = layers * per_layer + hidden * hidden  # + pooler
-    attention = 2 * 2 * layers * seq_len * hidden
+    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
+    if hasattr(config, "get_text_config"):
+        config = config.get_text_config()
+    hidden = first_attr(config, ("hidden_size", "n_embd", "d_model"))
+    layers = first_attr(config, ("num_hidden_layers", "n_layer", "num_layers"))
+    heads = first_attr(config, ("num_attention_heads", "n_head"))
+    kv_heads = first_attr(config, ("num_key_value_heads",), heads)
+    head_dim = first_attr(config, ("head_dim",), hidden // heads)
+    inter = first_attr(config, ("intermediate_size", "n_inner", "ffn_dim"), 4 * hidden)
+    act = str(first_attr(config, ("hidden_act", "hidden_activation", "activation_function"), ""))
+    gated = config.model_type in GATED_MLP or act in ("silu", "swish")
+    attn_width = heads * head_dim
+    per_layer = (2 * hidden * attn_width  # Q and O
+                 + 2 * hidden * kv_heads * head_dim  # K and V: fewer heads with GQA
+                 + (3 if gated else 2) * hidden * inter)
+    labels = getattr(config, "num_labels", 2)
+    if config.model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES:  # an encoder: [CLS] -> pooler -> head
+        head = (hidden * hidden + hidden * labels) / seq_len
+    else:  # a decoder scores every position, then keeps the last real one
+        head = hidden * labels
+    dense = layers * per_layer + head
+    attention = 2 * 2 * layers * seq_len * attn_width
     return 6.0 * dense + 3.0 * attention
