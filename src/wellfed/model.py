@@ -40,6 +40,7 @@ def resolve_source(name: str) -> str:
 
 
 def load_tokenizer(source: str, trust_remote_code: bool = False):
+    """The fast tokenizer of `source`, with a pad token (EOS when it has none) and right padding."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(source, use_fast=True,
@@ -47,11 +48,44 @@ def load_tokenizer(source: str, trust_remote_code: bool = False):
     if not tokenizer.is_fast:
         raise ValueError(f"model.name {source!r} has no fast (Rust) tokenizer; wellfed needs one "
                          "for its batched tokenize stage")
+    if tokenizer.pad_token is None:
+        # GPT-2, Llama and most decoder tokenizers ship without a pad token. EOS is the usual
+        # stand-in: its embedding exists, and right padding never reaches a real token through
+        # causal attention. The head then reads the last token that is not EOS (see load_model).
+        if tokenizer.eos_token is None:
+            raise ValueError(f"model.name {source!r}: its tokenizer has neither a pad nor an EOS "
+                             "token, so batches cannot be padded; use a model whose tokenizer "
+                             "defines one of them")
+        tokenizer.pad_token = tokenizer.eos_token
+        log.info("pad token = EOS %r (id %d): the tokenizer of %s has no pad token (usual for "
+                 "decoders); trailing EOS tokens count as padding for the classification head",
+                 tokenizer.eos_token, tokenizer.pad_token_id, source)
+    tokenizer.padding_side = "right"  # as TokenFile.gather pads; the exported tokenizer agrees
     return tokenizer
 
 
-def load_model(cfg: ModelConfig, source: str, names: list[str]):
-    """A sequence classifier with a fresh head for `names`, pretrained or random-init."""
+def load_model(cfg: ModelConfig, source: str, names: list[str], pad_id: int | None = None,
+               announce: bool = False):
+    """A sequence classifier with a fresh head for `names`, pretrained or random-init, with LoRA
+    adapters when `cfg.lora_r` > 0.
+
+    `pad_id` is the id batches are padded with (the tokenize stage's meta.json). Decoder heads
+    (GPT-2, Llama, Qwen, ...) classify from the last token that is not `config.pad_token_id`,
+    and refuse batches of more than one row without it. `announce` prints how many parameters
+    train (rank 0 does, once)."""
+    model = build_model(cfg, source, names)
+    if pad_id is not None:
+        # Set after construction, not through AutoConfig: Llama-style embeddings take
+        # pad_token_id as padding_idx, which would zero and freeze the EOS embedding.
+        model.config.pad_token_id = pad_id
+    if cfg.lora_r:
+        model = with_lora(model, cfg, source)
+    if announce:
+        print(f"[wellfed] {trainable_summary(model, cfg)}", flush=True)
+    return model
+
+
+def build_model(cfg: ModelConfig, source: str, names: list[str]):
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
     if cfg.trust_remote_code:
@@ -73,6 +107,42 @@ def load_model(cfg: ModelConfig, source: str, names: list[str]):
             source, config=config, trust_remote_code=cfg.trust_remote_code)
     finally:
         hf_logging.set_verbosity(verbosity)
+
+
+def with_lora(model, cfg: ModelConfig, source: str):
+    """`model` wrapped by peft: LoRA adapters on `cfg.lora_targets`, the classification head
+    (`classifier` or `score`, peft's SEQ_CLS task) fully trained, every other weight frozen."""
+    from peft import LoraConfig, TaskType, get_peft_model
+
+    targets = cfg.target_modules()
+    lora = LoraConfig(task_type=TaskType.SEQ_CLS, r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
+                      lora_dropout=cfg.lora_dropout, target_modules=targets)
+    kind = model.config.model_type
+    try:
+        model = get_peft_model(model, lora)
+    except ValueError as err:  # peft's messages are paragraphs; the user needs the key to set
+        linear = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules()
+                         if type(m).__name__ in ("Linear", "Conv1D")})
+        what = ("peft has no default target modules for model type " + repr(kind)
+                if targets is None else f"none of {','.join(targets)} is a module of {source}")
+        raise ValueError(f"model.lora_targets: {what} ({str(err).splitlines()[0][:120]}); set "
+                         f"model.lora_targets to comma-separated module names, e.g. from "
+                         f"{','.join(linear[:8])}") from None
+    if not any("modules_to_save" in n and p.requires_grad for n, p in model.named_parameters()):
+        raise ValueError(f"model.lora_r: {source} ({kind}) has no classification head named "
+                         "classifier or score for peft to train; use full fine-tuning "
+                         "(model.lora_r: 0)")
+    return model
+
+
+def trainable_summary(model, cfg: ModelConfig) -> str:
+    """One line: how many parameters train, of how many."""
+    total = sum(p.numel() for p in model.parameters())
+    train = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    how = (f"LoRA r={cfg.lora_r} alpha={cfg.lora_alpha} on {cfg.lora_targets} + head"
+           if cfg.lora_r else "full fine-tuning")
+    return (f"model: {train / 1e6:.3g}M of {total / 1e6:.3g}M parameters train "
+            f"({100 * train / max(total, 1):.2f}%, {how})")
 
 
 # Families whose MLP is gated (SwiGLU/GeGLU: gate, up and down matrices), by model_type, for
