@@ -70,8 +70,10 @@ def load_model(cfg: ModelConfig, source: str, names: list[str], pad_id: int | No
     adapters when `cfg.lora_r` > 0.
 
     `pad_id` is the id batches are padded with (the tokenize stage's meta.json). Decoder heads
-    (GPT-2, Llama, Qwen, ...) classify from the last token that is not `config.pad_token_id`,
-    and refuse batches of more than one row without it. `announce` prints how many parameters
+    (GPT-2, Llama, Qwen, ...) classify from the last token that is not `config.pad_token_id`
+    (transformers 5.x reads input ids, not the attention mask, so padded and unpadded batches
+    agree; with pad = EOS a row's own trailing EOS is skipped too, in training and in
+    `pipeline` alike), and refuse batches of more than one row without it. `announce` prints how many parameters
     train (rank 0 does, once)."""
     model = build_model(cfg, source, names)
     if pad_id is not None:
@@ -115,8 +117,12 @@ def with_lora(model, cfg: ModelConfig, source: str):
     from peft import LoraConfig, TaskType, get_peft_model
 
     targets = cfg.target_modules()
+    # GPT-2-style Conv1D layers store their weight transposed; peft warns and flips the flag
+    # itself when it meets one, once per model: say it up front instead.
+    conv1d = any(type(m).__name__ == "Conv1D" for m in model.modules())
     lora = LoraConfig(task_type=TaskType.SEQ_CLS, r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
-                      lora_dropout=cfg.lora_dropout, target_modules=targets)
+                      lora_dropout=cfg.lora_dropout, target_modules=targets,
+                      fan_in_fan_out=conv1d)
     kind = model.config.model_type
     try:
         model = get_peft_model(model, lora)
@@ -139,10 +145,16 @@ def trainable_summary(model, cfg: ModelConfig) -> str:
     """One line: how many parameters train, of how many."""
     total = sum(p.numel() for p in model.parameters())
     train = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    how = (f"LoRA r={cfg.lora_r} alpha={cfg.lora_alpha} on {cfg.lora_targets} + head"
-           if cfg.lora_r else "full fine-tuning")
-    return (f"model: {train / 1e6:.3g}M of {total / 1e6:.3g}M parameters train "
+    how = "full fine-tuning"
+    if cfg.lora_r:
+        targets = ",".join(sorted(model.peft_config["default"].target_modules))  # auto resolved
+        how = f"LoRA r={cfg.lora_r} alpha={cfg.lora_alpha} on {targets} + the head"
+    return (f"model: {param_count(train)} of {param_count(total)} parameters train "
             f"({100 * train / max(total, 1):.2f}%, {how})")
+
+
+def param_count(n: int) -> str:
+    return f"{n / 1e9:.3g}B" if n >= 1e9 else f"{n / 1e6:.3g}M"
 
 
 # Families whose MLP is gated (SwiGLU/GeGLU: gate, up and down matrices), by model_type, for
