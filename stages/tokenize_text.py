@@ -35,11 +35,11 @@ def main(prepared_dir, tokens_dir, stats_json):
                              {"model_source": source, "max_length": str(tok_cfg.max_length)})
             stats[split] = encoder.stats()
             print(f"[wellfed] tokenize {split}: {stats[split]}")
-        tokenizer.save_pretrained(tmp / "tokenizer")
+        tokenizer.save_pretrained(tmp / "tokenizer")  # with its pad token: EOS for most decoders
         write_json(tmp / "meta.json", {"model_source": source, "labels": label_info["names"],
                                        "task": label_info.get("task", "single_label"),
                                        "text_columns": label_info.get("text_columns", ["text"]),
-                                       "pad_id": tokenizer.pad_token_id or 0,
+                                       "pad_id": tokenizer.pad_token_id,
                                        "max_length": tok_cfg.max_length})
     write_json(stats_json, stats)
 

@@ -22,16 +22,33 @@ def test_bad_names_fail_clearly(tmp_path, monkeypatch):
         resolve_source("someorg/some-model")
 
 
-def test_flops_formula_matches_torch_flop_counter(tiny_model_dir):
-    from torch.utils.flop_counter import FlopCounterMode
+# Tiny configs of the three shapes flops_per_token reads: BERT (pooler), GPT-2 (n_embd, n_layer,
+# n_inner unset = 4 x hidden, no pooler), Llama (gated MLP, 4 query heads sharing 2 K/V heads).
+FLOP_CONFIGS = {
+    "bert": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64),
+    "gpt2": dict(n_embd=64, n_layer=2, n_head=2, n_positions=128),
+    "llama": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2),
+}
 
-    model = load_model(ModelConfig(init="random"), str(tiny_model_dir), ["a", "b"])
+
+@pytest.mark.parametrize("kind", sorted(FLOP_CONFIGS))
+def test_flops_formula_matches_torch_flop_counter(kind):
+    """Measured on CPU (torch 2.13, transformers 5.23): the formula equals the counter's total to
+    the FLOP for all three; the tolerance is 1%. Eager attention: Llama's SDPA path with grouped
+    K/V takes a CPU flash kernel the counter does not count (22% short)."""
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    config = AutoConfig.for_model(kind, vocab_size=512, num_labels=2, pad_token_id=0,
+                                  **FLOP_CONFIGS[kind])
+    model = AutoModelForSequenceClassification.from_config(config, attn_implementation="eager")
     seq, rows = 64, 4
-    ids = torch.randint(1000, 2000, (rows, seq))
+    ids = torch.randint(1, 512, (rows, seq))
     counter = FlopCounterMode(display=False)
     with counter:
         out = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits.sum()
         out.backward()
     measured = counter.get_total_flops() / (rows * seq)
     predicted = flops_per_token(model.config, seq)
-    assert abs(predicted - measured) / measured < 0.10, (predicted, measured)
+    assert abs(predicted - measured) / measured < 0.01, (predicted, measured)

@@ -129,7 +129,7 @@ class TokenizeConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """`model`: which pretrained encoder to fine-tune."""
+    """`model`: which pretrained encoder or decoder to fine-tune, fully or with LoRA."""
 
     name: str = "default"
     """"default" (all-MiniLM-L6-v2 packaged offline), a local model directory, or a Hub model id."""
@@ -137,6 +137,37 @@ class ModelConfig:
     """pretrained loads the weights; random builds the architecture from its config (tests, ablations)."""
     trust_remote_code: bool = False
     """Allow a Hub model to run its own Python code. Off: only enable for code you have read."""
+    lora_r: int = 0
+    """LoRA rank: 0 = full fine-tuning; 8-16 trains adapters of rank r on `lora_targets` plus the
+    classification head, every other weight frozen (peft). The exported model is merged."""
+    lora_alpha: int = 16
+    """LoRA scale numerator: adapter updates are multiplied by lora_alpha / lora_r."""
+    lora_dropout: float = 0.05
+    """Dropout on the adapters' input, in [0, 1)."""
+    lora_targets: str = "auto"
+    """Modules that get adapters: auto = peft's default for the architecture (q_proj,v_proj for
+    Llama, c_attn for GPT-2, query,value for BERT), else comma-separated module names."""
+
+    def target_modules(self) -> list[str] | None:
+        """`lora_targets` as peft takes it: None for auto, else the list of names."""
+        if self.lora_targets == "auto":
+            return None
+        return [t.strip() for t in self.lora_targets.split(",") if t.strip()]
+
+    def problems(self) -> list[str]:
+        out = []
+        if not 0 <= self.lora_r <= 4096:
+            out.append(f"model.lora_r must be in [0, 4096] (0 = full fine-tuning); got {self.lora_r}")
+        if self.lora_alpha < 1:
+            out.append(f"model.lora_alpha must be >= 1; got {self.lora_alpha}")
+        if not 0 <= self.lora_dropout < 1:
+            out.append(f"model.lora_dropout must be in [0, 1); got {self.lora_dropout}")
+        targets = self.target_modules()
+        if targets is not None and (not targets or not all(re.fullmatch(r"[\w.]+", t)
+                                                           for t in targets)):
+            out.append(f"model.lora_targets must be auto or comma-separated module names like "
+                       f"q_proj,v_proj; got {self.lora_targets!r}")
+        return out
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
     model.pt          the model's state dict (unwrapped from DDP)
     optim.pt          optimizer, LR scheduler and GradScaler state
     train_state.json  step, epoch and sampler position, and the per-step history so far
-    hf_model/         the final checkpoint only: a Hugging Face model directory (safetensors)
+    hf_model/         the final checkpoint only: a Hugging Face model directory (safetensors),
+                      LoRA adapters merged into the weights
     profile/          the final checkpoint only, when train.profile_steps is set: the trace
 """
 
@@ -33,7 +34,14 @@ def save(directory: Path, s, state: dict, final: bool, profile_dir: Path | None)
                 "scaler": s.scaler.state_dict()}, directory / OPTIM)
     (directory / STATE).write_text(json.dumps(state))
     if final:
-        unwrap(s.model).save_pretrained(directory / HF_MODEL, safe_serialization=True)
+        model = unwrap(s.model)
+        if hasattr(model, "merge_and_unload"):
+            # LoRA: fold the adapters into the base weights (W + alpha/r x BA), so the export is
+            # a plain transformers model that loads without peft. In place, without a copy (a
+            # 7B model would need another 14 GB): this is the run's last step, model.pt above
+            # keeps the adapters for a resume.
+            model = model.merge_and_unload()
+        model.save_pretrained(directory / HF_MODEL, safe_serialization=True)
         if profile_dir and any(profile_dir.iterdir()):
             shutil.copytree(profile_dir, directory / PROFILE)
 
