@@ -38,17 +38,17 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir):
         sys.exit(stop.exit_code)
     history = driver.export_model(checkpoint, tokens, Path(model_dir), uri, run_id)
     task = meta.get("task", "single_label")
-    info = {"task": task, "text_columns": meta.get("text_columns", ["text"]),
-            "threshold": tasks.VAL_THRESHOLD, "max_length": meta.get("max_length", 128)}
+    model_info = {"task": task, "text_columns": meta.get("text_columns", ["text"]),
+                  "threshold": tasks.VAL_THRESHOLD, "max_length": meta.get("max_length", 128)}
     if task == "multi_label" and train_cfg.threshold != "tune":
-        info["threshold"] = float(train_cfg.threshold)
+        model_info["threshold"] = float(train_cfg.threshold)
     elif task == "multi_label":
-        info["threshold"], f1, half = evaluation.threshold_on(
+        model_info["threshold"], f1, half = evaluation.threshold_on(
             model_dir, TokenFile(tokens / "validation.arrow"), meta["pad_id"])
-        print(f"[wellfed] multi-label threshold {info['threshold']:g}: validation macro-F1 "
+        print(f"[wellfed] multi-label threshold {model_info['threshold']:g}: validation macro-F1 "
               f"{f1:.4f} (at 0.5: {half:.4f})")
-        tracking.log_metrics(uri, run_id, {"train/threshold": info["threshold"]})
-    tasks.write_model_info(Path(model_dir), info)  # predict/serve read it beside config.json
+        tracking.log_metrics(uri, run_id, {"train/threshold": model_info["threshold"]})
+    tasks.write_model_info(Path(model_dir), model_info)  # predict/serve read it beside config.json
     seconds = time.time() - started
     driver.write_history(history, tracking.metric_table(uri, run_id, tracking.PERF_CURVE),
                          out / "history")
