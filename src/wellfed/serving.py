@@ -25,7 +25,6 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import mlflow.pyfunc
 import numpy as np
 import pandas as pd
 import torch
@@ -205,16 +204,24 @@ def output_frame(values: np.ndarray, spec: ModelSpec, index: pd.Index) -> pd.Dat
     return pd.DataFrame({**head, **probs}, index=index)
 
 
-class ClassifierModel(mlflow.pyfunc.PythonModel):
-    """`predict` as an MLflow pyfunc model; the model directory is its artifact `model`."""
+def classifier_model():
+    """`predict` as an MLflow pyfunc model over its artifact `model` (the model directory).
 
-    def load_context(self, context):
-        self.predictor = load(context.artifacts["model"])
+    The class is made here, not at import: importing MLflow fixes its log level, and a stage
+    sets that level (cli.console) after its imports. Nothing is pickled (ENTRY_POINT), so a
+    class made in a function is fine."""
+    import mlflow.pyfunc
 
-    # The pd.DataFrame hint: MLflow validates inputs by the logged signature, not by this hint
-    # (and without a hint it warns when this class is defined, on every train stage's console).
-    def predict(self, context, model_input: pd.DataFrame, params=None) -> pd.DataFrame:
-        return predict(self.predictor, pd.DataFrame(model_input))
+    class ClassifierModel(mlflow.pyfunc.PythonModel):
+        def load_context(self, context):
+            self.predictor = load(context.artifacts["model"])
+
+        # The hint: MLflow checks inputs by the logged signature, not by this hint; without
+        # one it warns when the class is made.
+        def predict(self, context, model_input: pd.DataFrame, params=None) -> pd.DataFrame:
+            return predict(self.predictor, pd.DataFrame(model_input))
+
+    return ClassifierModel()
 
 
 def example_input(spec: ModelSpec) -> pd.DataFrame:
@@ -234,9 +241,9 @@ def requirements() -> list[str]:
 # pickled, so the model does not depend on pickle-compatible class paths or versions).
 ENTRY_POINT = """import mlflow
 
-from wellfed.serving import ClassifierModel
+from wellfed.serving import classifier_model
 
-mlflow.models.set_model(ClassifierModel())
+mlflow.models.set_model(classifier_model())
 """
 
 
