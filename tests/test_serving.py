@@ -85,6 +85,14 @@ def test_any_single_string_column_is_the_text_and_a_missing_column_is_one_line(p
     assert serving.predict(predictor, pd.DataFrame({"sentence": []})).shape == (0, 5)
 
 
+def test_importing_the_predictor_leaves_mlflow_unimported():
+    """A stage sets MLflow's log level after its imports (cli.console); MLflow reads it once,
+    when first imported, so an import of serving must not import MLflow."""
+    code = "import sys, wellfed.serving; print('mlflow' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
 def test_multi_label_pairs_and_regression(tiny_model_dir, tmp_path):
     multi = serving.load(save_model(
         tiny_model_dir, tmp_path / "multi", ["a", "b", "c"], "multi_label_classification",
@@ -130,6 +138,7 @@ def test_registered_model_loads_with_pyfunc_and_answers_in_input_order(registere
     assert version.run_id == run_id and version.source == f"models:/{info.model_id}"
     logged = client.get_logged_model(info.model_id)
     assert logged.source_run_id == run_id and logged.tags["wellfed.task"] == "single_label"
+    assert logged.name == "serve-classifier"  # what the runs table's Models column shows
     assert info.signature.inputs.input_names() == ["sentence"]
 
     mlflow.set_tracking_uri(uri)

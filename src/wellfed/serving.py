@@ -263,8 +263,8 @@ def no_artifact_progress_bar():
 
 
 def log_model(uri: str, run_id: str, model_dir: str | Path, registered_name: str):
-    """Log `model_dir` as a pyfunc model of run `run_id` (it shows in the run's Models column)
-    and register it as a new version of `registered_name`, linked to the run and the logged
+    """Log `model_dir` as a pyfunc model of run `run_id`, named `registered_name` in the run's
+    Models column, and register it as a new version of `registered_name`, linked to the run and the logged
     model. Returns (MLflow's ModelInfo, the ModelVersion)."""
     import mlflow
     from mlflow.exceptions import MlflowException
@@ -287,7 +287,7 @@ def log_model(uri: str, run_id: str, model_dir: str | Path, registered_name: str
         entry.write_text(ENTRY_POINT, encoding="utf-8")
         with no_artifact_progress_bar(), mlflow.start_run(run_id=run_id):
             info = mlflow.pyfunc.log_model(
-                name="model", python_model=str(entry), artifacts={"model": str(model_dir)},
+                name=registered_name, python_model=str(entry), artifacts={"model": str(model_dir)},
                 code_paths=[str(package)], signature=signature, input_example=example,
                 pip_requirements=requirements(), tags={"wellfed.task": predictor.spec.task})
     # Registered through the client, which prints nothing (the fluent API prints two lines).

@@ -65,9 +65,11 @@ def library_versions() -> dict[str, str]:
     return out
 
 
-# The experiment kind MLflow 3's UI opens an experiment by: its JS bundle (mlflow/server/js)
-# maps custom_model_development to "Machine learning" (runs, metrics, models), genai_development
-# to the GenAI view (traces); an experiment without the tag makes the UI guess.
+# The experiment's kind for MLflow 3's UI: its JS bundle (mlflow/server/js) maps
+# custom_model_development to "Machine learning" (runs, metrics, models) and genai_development to
+# the GenAI view (traces). MLflow 3.17's sidebar switch (GenAI | Model training) overrides the
+# tag: it follows the URL's ?workflowType=machine_learning, else the browser's last choice, else
+# GenAI; `make ui` prints such a link.
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 
 
