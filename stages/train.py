@@ -8,8 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from wellfed import evaluation, tasks, tracking
-from wellfed.cli import stage
+from wellfed import evaluation, serving, tasks, tracking
+from wellfed.cli import one_line, stage
 from wellfed.config import SECTIONS, flatten, load_params
 from wellfed.data.shards import TokenFile
 from wellfed.outputs import atomic_path, write_json
@@ -70,7 +70,13 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir):
     write_json(out / "metrics.json", metrics)  # the DVC metrics: headline only, MLflow's names
     # val/* are already in the run, logged at their steps; the rest are the run's own figures.
     tracking.log_metrics(uri, run_id, {k: v for k, v in metrics.items() if k.startswith("train/")})
-    tracking.log_artifacts(uri, run_id, model_dir, "model")
+    tracking.log_datasets(uri, run_id, tokens)
+    try:  # a model MLflow could not take must not cost the training: data/model holds it
+        _, version = serving.log_model(uri, run_id, model_dir, mlflow_cfg.model_name())
+        print(f"[wellfed] model registered: models:/{version.name}/{version.version}")
+    except Exception as err:
+        print(f"[wellfed] WARNING: the model was not logged to MLflow ({type(err).__name__}: "
+              f"{one_line(err)}); it is in {model_dir}", file=sys.stderr)
     write_json(out / "run.json", {"mlflow_run_id": run_id, "tracking_uri": uri,
                                   "ray_run": info["name"]})
     runs.mark_complete(info, run_id)
