@@ -151,7 +151,7 @@ def test_registered_model_loads_with_pyfunc_and_answers_in_input_order(registere
     # the model carries its own code: wellfed's serving module and what it imports
     code = Path(mlflow.artifacts.download_artifacts(f"models:/serve-classifier/1")) / "code"
     assert sorted(p.name for p in (code / "wellfed").glob("*.py")) == \
-        ["__init__.py", "device.py", "names.py", "serving.py"]
+        ["__init__.py", "device.py", "names.py", "serving.py", "tasks.py"]
 
 
 def free_port() -> int:

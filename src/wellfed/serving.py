@@ -31,10 +31,10 @@ import torch
 
 from wellfed import device as dev
 from wellfed.names import keys
+from wellfed.tasks import MODEL_INFO, PROBLEM_TYPE
 
-SPEC_FILE = "wellfed.json"
-TASKS = {"single_label_classification": "single_label",
-         "multi_label_classification": "multi_label", "regression": "regression"}
+SPEC_FILE = MODEL_INFO
+TASKS = {problem: task for task, problem in PROBLEM_TYPE.items()}  # config.json's name -> ours
 # The rows the logged model shows as its input example (and is checked on when it is logged):
 # one short and one long, so the example also exercises padding.
 EXAMPLE_TEXTS = ("A short example.",
@@ -277,11 +277,11 @@ def log_model(uri: str, run_id: str, model_dir: str | Path, registered_name: str
     signature = mlflow.models.infer_signature(example, predict(predictor, example))
     mlflow.set_tracking_uri(uri)
     with tempfile.TemporaryDirectory() as tmp:
-        # The model carries the code it runs (this module and the two it imports), so it loads
+        # The model carries the code it runs (this module and the three it imports), so it loads
         # and serves wherever its pip requirements are installed, wellfed or not.
         package = Path(tmp, "wellfed")
         package.mkdir()
-        for name in ("__init__.py", "serving.py", "names.py", "device.py"):
+        for name in ("__init__.py", "serving.py", "names.py", "device.py", "tasks.py"):
             shutil.copy(Path(wellfed.__file__).parent / name, package / name)
         entry = Path(tmp, "classifier.py")
         entry.write_text(ENTRY_POINT, encoding="utf-8")
