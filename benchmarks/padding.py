@@ -61,7 +61,7 @@ def main() -> None:
 
     texts, _ = harness.read_sst2("train")
     tokenizer = AutoTokenizer.from_pretrained(harness.model_path())
-    _, lengths = SplitTokenizer(tokenizer, MAX_LENGTH, 8192).encode(texts)
+    _, lengths, _ = SplitTokenizer(tokenizer, MAX_LENGTH, 8192).encode(texts)
     print(f"[bench] padding: {len(lengths):,} rows, mean {lengths.mean():.1f} tokens")
 
     rng = np.random.default_rng(SEED)

@@ -99,7 +99,7 @@ def test_a_text_longer_than_max_length_is_truncated_and_counted(tokenizer):
     from wellfed.data.tokenization import SplitTokenizer
 
     encoder = SplitTokenizer(tokenizer, max_length=16, batch_rows=8)
-    values, lengths = encoder.encode(["short one", "word " * 100, "exactly " * 14])
+    values, lengths, _ = encoder.encode(["short one", "word " * 100, "exactly " * 14])
     assert lengths.tolist()[1] == 16 and lengths.max() == 16
     assert encoder.truncated == 1  # the 14-word row fits exactly (14 + [CLS] + [SEP])
     assert encoder.stats()["truncated_rows"] == 1

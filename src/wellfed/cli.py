@@ -108,26 +108,32 @@ def stage(main):
 
     @functools.wraps(main)
     def run() -> None:
-        privacy.apply()  # before mlflow and ray are imported (the stages import them lazily)
-        console()
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         args = sys.argv[1:]
         expected = main.__code__.co_argcount
         if len(args) != expected:
             names = " ".join(main.__code__.co_varnames[:expected])
             sys.exit(f"usage: {os.path.basename(sys.argv[0])} {names}")
-        try:
-            main(*args)
-        except KeyboardInterrupt as err:  # Ctrl-C: where it stopped and how to go on, one line
-            print(f"[wellfed] {one_line(str(err)) or INTERRUPTED}", file=sys.stderr)
-            sys.exit(130)
-        except Exception as err:
-            text = message(err)
-            if text is None:
-                if os.environ.get("WELLFED_TRACEBACK"):
-                    raise
-                text = bug_report(err, os.path.splitext(os.path.basename(sys.argv[0]))[0])
-            print(f"error: {one_line(text)}", file=sys.stderr)
-            sys.exit(1)
+        guarded(lambda: main(*args))
 
     return run
+
+
+def guarded(call, name: str | None = None) -> None:
+    """Run a stage or command's `call()` with privacy and the console set up, every failure as
+    one line (exit 1) and Ctrl-C as one line (exit 130)."""
+    privacy.apply()  # before mlflow and ray are imported (the stages import them lazily)
+    console()
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        call()
+    except KeyboardInterrupt as err:  # Ctrl-C: where it stopped and how to go on, one line
+        print(f"[wellfed] {one_line(str(err)) or INTERRUPTED}", file=sys.stderr)
+        sys.exit(130)
+    except Exception as err:
+        text = message(err)
+        if text is None:
+            if os.environ.get("WELLFED_TRACEBACK"):
+                raise
+            text = bug_report(err, name or os.path.splitext(os.path.basename(sys.argv[0]))[0])
+        print(f"error: {one_line(text)}", file=sys.stderr)
+        sys.exit(1)

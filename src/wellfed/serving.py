@@ -31,7 +31,7 @@ import torch
 
 from wellfed import device as dev
 from wellfed.names import keys
-from wellfed.tasks import MODEL_INFO, PROBLEM_TYPE
+from wellfed.tasks import MODEL_INFO, PROBLEM_TYPE, outputs
 
 SPEC_FILE = MODEL_INFO
 TASKS = {problem: task for task, problem in PROBLEM_TYPE.items()}  # config.json's name -> ours
@@ -180,12 +180,9 @@ def predict(predictor: Predictor, frame: pd.DataFrame, batch_rows: int = 64,
                 host["token_type_ids"] = padded([types[i] for i in idx], width, 0)
             batch = dev.to_device(host, predictor.device)
             with dev.autocast(predictor.device, predictor.precision):
-                logits = predictor.model(**batch).logits.float()
-            if spec.task == "single_label":
-                logits = torch.softmax(logits, -1)
-            elif spec.task == "multi_label":
-                logits = torch.sigmoid(logits)
-            out[idx] = logits.cpu().numpy()  # scattered back to the rows' input positions
+                logits = predictor.model(**batch).logits
+            # scattered back to the rows' input positions
+            out[idx] = outputs(spec.task, logits).cpu().numpy()
     return output_frame(out, spec, frame.index)
 
 

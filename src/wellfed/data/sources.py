@@ -404,7 +404,36 @@ def read_file(path: str | Path, fmt: str, text_column, label_column, *,
     `header` and `quoting` apply to CSV/TSV; columns are names, or 0-based positions (ints or
     digit strings), which a file without a header needs; a list of two text columns is a
     sentence pair, a list of label columns several regression targets."""
-    path = Path(path)
+    frame, how, named, warnings = _read_table(Path(path), fmt, text_column, header, quoting)
+    out = select_columns(frame, str(path), text_column, label_column, named=named)
+    out.attrs["read_as"] = how
+    out.attrs["warnings"] = warnings
+    return out
+
+
+def read_texts(path: str | Path, fmt: str, text_column, *, header: bool = True,
+               quoting: str = "auto") -> pd.DataFrame:
+    """An unlabelled file (for predictions) as a (row, text[, text_pair]) frame, read with every
+    check `read_file` makes; an empty text is an error naming its row."""
+    frame, how, named, warnings = _read_table(Path(path), fmt, text_column, header, quoting)
+    out = {"row": range(len(frame))}
+    for name, column in zip(("text", "text_pair"), _listed(text_column)):
+        at = _column(frame, str(path), column, "text_column", named)
+        out[name] = frame.iloc[:, at].map(lambda v: v if isinstance(v, str) else None).values
+    out = pd.DataFrame(out)
+    for name in ("text", "text_pair"):
+        empty = out[name].isna() | (out[name].fillna("").str.strip() == "") if name in out else None
+        if empty is not None and empty.any():
+            raise ValueError(f"{path}: data row {int(out.loc[empty, 'row'].iloc[0]) + 1} has empty "
+                             f"text ({int(empty.sum())} such row{'s' if empty.sum() > 1 else ''}); "
+                             "fill it in or remove the row")
+    out.attrs["read_as"] = how
+    out.attrs["warnings"] = warnings
+    return out
+
+
+def _read_table(path: Path, fmt: str, text_column, header: bool, quoting: str):
+    """(frame of every column, how it was read, whether columns have names, warnings)."""
     if not path.is_file():
         raise _not_a_file(path)
     with open(path, "rb") as f:
@@ -419,10 +448,7 @@ def read_file(path: str | Path, fmt: str, text_column, label_column, *,
         frame = _read_jsonl(path)
     else:
         frame = _read_parquet(path, _listed(text_column))
-    out = select_columns(frame, str(path), text_column, label_column, named=named)
-    out.attrs["read_as"] = how
-    out.attrs["warnings"] = warnings
-    return out
+    return frame, how, named, warnings
 
 
 # ---------------------------------------------------------------- columns and labels
