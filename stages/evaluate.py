@@ -60,7 +60,8 @@ def main(tokens_dir, model_dir, run_json, eval_dir):
                metrics.get("per_class", metrics.get("per_target", {})).items()}
     tracking.log_text(run["tracking_uri"], run["mlflow_run_id"],
                       json.dumps(mapping, indent=2, ensure_ascii=False), "eval/label_keys.json")
-    shown = ", ".join(f"{k.replace('_', ' ').replace('f1', 'F1').replace('ece', 'ECE')} {metrics[k]:.4f}"
+    words = {"macro_f1": "macro F1", "micro_f1": "micro F1", "ece": "ECE"}
+    shown = ", ".join(f"{words.get(k, k.replace('_', ' '))} {metrics[k]:.4f}"
                       for k in evaluation.HEADLINE[task])
     at = f" at threshold {threshold:g}" if task == "multi_label" else ""
     print(f"[wellfed] evaluate on {split} ({metrics['rows']} rows): {shown}{at}")
