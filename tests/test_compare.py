@@ -197,3 +197,33 @@ def test_dvc_experiments_are_read_from_the_cache(tmp_path):
     assert a.run_id is None and a.report["split"] == "test"
     out = compare(a, b)
     assert (out["flips"]["wrong_to_right"], out["flips"]["right_to_wrong"]) == (6, 2)
+
+
+def test_folders_compare_and_a_refusing_store_does_not_lose_the_result(tmp_path, capsys,
+                                                                      monkeypatch):
+    import mlflow
+
+    from wellfed import tracking
+
+    ids, gold, pred_a, pred_b, _, _ = planted()
+    a = write_eval(tmp_path / "a" / "eval", ids, gold, pred_a)
+    b = write_eval(tmp_path / "b" / "eval", ids, gold, pred_b)
+    assert main([str(a), str(b / "predictions.parquet")]) == 0
+    printed = capsys.readouterr()
+    assert "verdict: B - A accuracy +4.0 pt" in printed.out
+    assert "not logged to MLflow: B is not an MLflow run" in printed.err
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = mlflow.MlflowClient(uri)
+    exp = client.create_experiment("x", artifact_location=str(tmp_path / "artifacts"))
+    run_b = client.create_run(exp).info.run_id
+    client.log_artifacts(run_b, str(b), "eval")
+
+    def refuse(*args):
+        raise mlflow.exceptions.MlflowException("store is read-only")
+
+    monkeypatch.setattr(tracking, "log_metrics", refuse)
+    out = tmp_path / "out.json"
+    assert main([str(a), run_b, "--tracking-uri", uri, "--out", str(out)]) == 0
+    assert f"not logged to MLflow run {run_b}: store is read-only" in capsys.readouterr().err
+    assert json.loads(out.read_text())["flips"]["wrong_to_right"] == 30

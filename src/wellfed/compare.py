@@ -77,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     """Console entry: every failure a person can act on is one `error:` line and exit 1."""
     privacy.apply()
     cli.console()
+    # Two ~100 kB artifacts per run: MLflow's download bars would be four lines of noise.
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     args = arguments(argv)
     try:
         run(args)
