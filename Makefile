@@ -37,6 +37,7 @@ test-fast: install      ## unit tests only
 	python -m pytest tests -m "not slow and not e2e"
 
 ui: install             ## MLflow UI over the project's store, on loopback only
+	@echo "open http://127.0.0.1:5000/#/experiments?workflowType=machine_learning (the Model training view)"
 	mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1 --port 5000
 
 bench: install          ## side-by-side benchmarks -> benchmarks/results/*.json

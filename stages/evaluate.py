@@ -11,7 +11,7 @@ from transformers import AutoModelForSequenceClassification
 from transformers.utils import logging as hf_logging
 
 from wellfed import device as dev
-from wellfed import evaluation, tasks, tracking
+from wellfed import evaluation, serving, tracking
 from wellfed.cli import stage
 from wellfed.data.shards import TokenFile
 from wellfed.outputs import atomic_path, write_json
@@ -27,8 +27,8 @@ def main(tokens_dir, model_dir, run_json, eval_dir):
     precision = dev.choose_precision("auto", device)
     hf_logging.disable_progress_bar()  # a local directory: no download to show, only noise
     model = AutoModelForSequenceClassification.from_pretrained(model_dir)
-    names, info = meta["labels"], tasks.read_model_info(Path(model_dir))
-    task, threshold = info["task"], info["threshold"]
+    names, spec = meta["labels"], serving.read_spec(model_dir)
+    task, threshold = spec.task, spec.threshold
     outputs = evaluation.predict(model, data, meta["pad_id"], device, precision, task=task)
     metrics = {"split": split, "task": task,
                **evaluation.score_task(task, data.labels, outputs, names, threshold),

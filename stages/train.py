@@ -8,8 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from wellfed import evaluation, tasks, tracking
-from wellfed.cli import stage
+from wellfed import evaluation, serving, tasks, tracking
+from wellfed.cli import one_line, stage
 from wellfed.config import SECTIONS, flatten, load_params
 from wellfed.data.shards import TokenFile
 from wellfed.outputs import atomic_path, write_json
@@ -38,17 +38,17 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir):
         sys.exit(stop.exit_code)
     history = driver.export_model(checkpoint, tokens, Path(model_dir), uri, run_id)
     task = meta.get("task", "single_label")
-    info = {"task": task, "text_columns": meta.get("text_columns", ["text"]),
-            "threshold": tasks.VAL_THRESHOLD, "max_length": meta.get("max_length", 128)}
+    model_info = {"task": task, "text_columns": meta.get("text_columns", ["text"]),
+                  "threshold": tasks.VAL_THRESHOLD, "max_length": meta.get("max_length", 128)}
     if task == "multi_label" and train_cfg.threshold != "tune":
-        info["threshold"] = float(train_cfg.threshold)
+        model_info["threshold"] = float(train_cfg.threshold)
     elif task == "multi_label":
-        info["threshold"], f1, half = evaluation.threshold_on(
+        model_info["threshold"], f1, half = evaluation.threshold_on(
             model_dir, TokenFile(tokens / "validation.arrow"), meta["pad_id"])
-        print(f"[wellfed] multi-label threshold {info['threshold']:g}: validation macro-F1 "
+        print(f"[wellfed] multi-label threshold {model_info['threshold']:g}: validation macro-F1 "
               f"{f1:.4f} (at 0.5: {half:.4f})")
-        tracking.log_metrics(uri, run_id, {"train/threshold": info["threshold"]})
-    tasks.write_model_info(Path(model_dir), info)  # predict/serve read it beside config.json
+        tracking.log_metrics(uri, run_id, {"train/threshold": model_info["threshold"]})
+    tasks.write_model_info(Path(model_dir), model_info)  # predict/serve read it beside config.json
     seconds = time.time() - started
     driver.write_history(history, tracking.metric_table(uri, run_id, tracking.PERF_CURVE),
                          out / "history")
@@ -70,7 +70,13 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir):
     write_json(out / "metrics.json", metrics)  # the DVC metrics: headline only, MLflow's names
     # val/* are already in the run, logged at their steps; the rest are the run's own figures.
     tracking.log_metrics(uri, run_id, {k: v for k, v in metrics.items() if k.startswith("train/")})
-    tracking.log_artifacts(uri, run_id, model_dir, "model")
+    tracking.log_datasets(uri, run_id, tokens)
+    try:  # a model MLflow could not take must not cost the training: data/model holds it
+        _, version = serving.log_model(uri, run_id, model_dir, mlflow_cfg.model_name())
+        print(f"[wellfed] model registered: models:/{version.name}/{version.version}")
+    except Exception as err:
+        print(f"[wellfed] WARNING: the model was not logged to MLflow ({type(err).__name__}: "
+              f"{one_line(err)}); it is in {model_dir}", file=sys.stderr)
     write_json(out / "run.json", {"mlflow_run_id": run_id, "tracking_uri": uri,
                                   "ray_run": info["name"]})
     runs.mark_complete(info, run_id)

@@ -1,6 +1,13 @@
 import mlflow
+import pytest
 
 from wellfed import tracking
+
+
+@pytest.fixture(scope="module")
+def uri(tmp_path_factory):
+    """One sqlite store for the tests below (creating one costs ~3 s); each uses its own experiment."""
+    return f"sqlite:///{tmp_path_factory.mktemp('store') / 'mlflow.db'}"
 
 
 def test_secrets_never_reach_mlflow(tmp_path, monkeypatch):
@@ -26,3 +33,65 @@ def test_tracking_uri_is_absolute_by_default(tmp_path, monkeypatch):
     assert tracking.tracking_uri("", tmp_path) == f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5000")
     assert tracking.tracking_uri("", tmp_path) == "http://127.0.0.1:5000"
+
+
+def test_experiment_opens_in_the_model_training_view(uri):
+    """MLflow 3's UI reads mlflow.experimentKind: custom_model_development is "Machine learning"."""
+    client = mlflow.MlflowClient(uri)
+    tracking.start_run(uri, "fresh", "r")
+    assert client.get_experiment_by_name("fresh").tags["mlflow.experimentKind"] == \
+        "custom_model_development"
+    old = client.create_experiment("old")  # made before wellfed set the tag
+    mine = client.create_experiment("mine", tags={"mlflow.experimentKind": "finetuning"})
+    tracking.start_run(uri, "old", "r")
+    tracking.start_run(uri, "mine", "r")
+    assert client.get_experiment(old).tags["mlflow.experimentKind"] == "custom_model_development"
+    assert client.get_experiment(mine).tags["mlflow.experimentKind"] == "finetuning"  # kept
+
+
+def test_a_repeated_run_name_is_numbered_and_a_resume_keeps_its_run(uri):
+    client = mlflow.MlflowClient(uri)
+    tags = {"wellfed.run_key": "wf-0123456789ab"}
+    ids = [tracking.start_run(uri, "e", "minilm-lr1e-4-b32-3f2a", tags=tags) for _ in range(3)]
+    names = [client.get_run(i).info.run_name for i in ids]
+    assert names == ["minilm-lr1e-4-b32-3f2a", "minilm-lr1e-4-b32-3f2a-2",
+                     "minilm-lr1e-4-b32-3f2a-3"]
+    assert client.get_run(ids[0]).data.tags["wellfed.run_key"] == "wf-0123456789ab"
+    assert tracking.start_run(uri, "e", "other", run_id=ids[1]) == ids[1]  # resume: same run
+    assert client.get_run(ids[1]).info.run_name == "minilm-lr1e-4-b32-3f2a-2"
+
+
+def test_run_title_and_key(monkeypatch):
+    from wellfed.config import ModelConfig, TrainConfig
+    from wellfed.train import runs
+
+    train, model = TrainConfig(lr=1e-4, global_batch_size=32), ModelConfig()
+    digest = runs.run_hash(train, model, "d" * 64)
+    assert runs.run_name(train, model, "d" * 64) == "wf-" + digest[:12]  # the Ray key, unchanged
+    assert runs.run_title(train, model, digest) == f"minilm-lr1e-4-b32-{digest[:4]}"
+    hub = ModelConfig(name="distilbert/distilbert-base-uncased")
+    assert runs.run_title(TrainConfig(lr=2.5e-5, global_batch_size=256), hub, digest) == \
+        f"distilbert-base-uncased-lr2.5e-5-b256-{digest[:4]}"
+
+
+def test_token_files_are_the_runs_dataset_inputs(tmp_path, uri):
+    import hashlib
+    import json
+
+    import pyarrow as pa
+
+    for split, rows in (("train", 5), ("validation", 2)):  # no test split: two inputs
+        table = pa.table({"input_ids": [[101, 7, 102]] * rows, "label": [0] * rows})
+        with pa.OSFile(str(tmp_path / f"{split}.arrow"), "wb") as sink, \
+                pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+    run_id = tracking.start_run(uri, "data", "r")
+    assert tracking.log_datasets(uri, run_id, tmp_path) == 2
+    inputs = mlflow.MlflowClient(uri).get_run(run_id).inputs.dataset_inputs
+    assert len(inputs) == 2
+    by_name = {i.dataset.name: i for i in inputs}
+    train = by_name["tokens/train"].dataset
+    sha = hashlib.sha256((tmp_path / "train.arrow").read_bytes()).hexdigest()
+    assert train.digest == sha[:36] and json.loads(train.profile) == {"num_rows": 5, "sha256": sha}
+    assert json.loads(train.source)["uri"] == str((tmp_path / "train.arrow").resolve())
+    assert [t.value for t in by_name["tokens/validation"].tags] == ["validation"]

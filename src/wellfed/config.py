@@ -327,6 +327,19 @@ class MlflowConfig:
     """Experiment name in the MLflow UI."""
     tracking_uri: str = ""
     """"" = $MLFLOW_TRACKING_URI if set, else sqlite:///<project>/mlflow.db (absolute: Ray workers run elsewhere)."""
+    registered_model: str = ""
+    """Model Registry name the trained model is registered under, a new version per run;
+    "" = `<experiment>-classifier` (wellfed-classifier). MLflow forbids '/' and ':' in it."""
+
+    def model_name(self) -> str:
+        """The registered model name: `registered_model`, else derived from the experiment."""
+        return self.registered_model or re.sub(r"[/:]", "-", self.experiment) + "-classifier"
+
+    def problems(self) -> list[str]:
+        if re.search(r"[/:]", self.registered_model):
+            return [f"mlflow.registered_model cannot contain '/' or ':' (MLflow model names); "
+                    f"got {self.registered_model!r}: use '-' instead"]
+        return []
 
 
 SECTIONS: dict[str, type] = {

@@ -139,11 +139,3 @@ def write_model_info(model_dir: Path, info: dict) -> None:
     from wellfed.outputs import write_json
 
     write_json(Path(model_dir) / MODEL_INFO, info)
-
-
-def read_model_info(model_dir: Path) -> dict:
-    """The model's info; a folder without it is a single-label model on one text column."""
-    path = Path(model_dir) / MODEL_INFO
-    info = json.loads(path.read_text()) if path.is_file() else {}
-    return {"task": "single_label", "text_columns": ["text"], "threshold": VAL_THRESHOLD,
-            "max_length": 128, **info}

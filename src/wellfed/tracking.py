@@ -65,8 +65,19 @@ def library_versions() -> dict[str, str]:
     return out
 
 
-def start_run(uri: str, experiment: str, run_name: str, run_id: str | None = None) -> str:
-    """Create (or reopen, for a resume) the pipeline's MLflow run; return its id."""
+# The experiment's kind for MLflow 3's UI: its JS bundle (mlflow/server/js) maps
+# custom_model_development to "Machine learning" (runs, metrics, models) and genai_development to
+# the GenAI view (traces). MLflow 3.17's sidebar switch (GenAI | Model training) overrides the
+# tag: it follows the URL's ?workflowType=machine_learning, else the browser's last choice, else
+# GenAI; `make ui` prints such a link.
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
+
+
+def start_run(uri: str, experiment: str, run_name: str, run_id: str | None = None,
+              tags: dict[str, str] | None = None) -> str:
+    """Create (or reopen, for a resume) the pipeline's MLflow run; return its id. The run is
+    named `run_name`, or `run_name-2`, `-3`, ... when the experiment already has that name (a
+    forced re-run of the same inputs)."""
     import mlflow
 
     mlflow.set_tracking_uri(uri)
@@ -78,8 +89,61 @@ def start_run(uri: str, experiment: str, run_name: str, run_id: str | None = Non
         except mlflow.exceptions.MlflowException:
             pass
     exp = client.get_experiment_by_name(experiment)
-    exp_id = exp.experiment_id if exp else client.create_experiment(experiment)
-    return client.create_run(exp_id, run_name=run_name).info.run_id
+    if exp is None:
+        exp_id = client.create_experiment(experiment, tags=dict([EXPERIMENT_KIND]))
+    else:
+        exp_id = exp.experiment_id
+        if EXPERIMENT_KIND[0] not in exp.tags:  # made before wellfed set it; a user's choice stays
+            client.set_experiment_tag(exp_id, *EXPERIMENT_KIND)
+    return client.create_run(exp_id, run_name=unique_name(client, exp_id, run_name),
+                             tags=tags or {}).info.run_id
+
+
+def unique_name(client, experiment_id: str, name: str) -> str:
+    """`name`, or `name-<n>` with the lowest n >= 2 no run of the experiment is called yet."""
+    taken = {r.info.run_name for r in client.search_runs(
+        [experiment_id], filter_string=f"attributes.run_name LIKE '{name.replace(chr(39), '_')}%'",
+        max_results=1000)}
+    n, out = 1, name
+    while out in taken:
+        n += 1
+        out = f"{name}-{n}"
+    return out
+
+
+def log_datasets(uri: str, run_id: str, tokens_dir: Path) -> int:
+    """The token files (train, validation, test) as the run's dataset inputs, for the runs
+    table's Dataset column: name `tokens/<split>`, digest the file's sha256 (MLflow keeps at most
+    36 characters; the profile has all 64), source the file's path, rows in the profile.
+    Returns how many were logged."""
+    import hashlib
+    import json
+
+    import mlflow
+    import pyarrow as pa
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+
+    inputs = []
+    for split in ("train", "validation", "test"):
+        path = (Path(tokens_dir) / f"{split}.arrow").resolve()
+        if not path.is_file():
+            continue
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        with pa.memory_map(str(path)) as source:  # mapped: counting rows reads no token
+            reader = pa.ipc.open_file(source)
+            rows = sum(reader.get_batch(i).num_rows for i in range(reader.num_record_batches))
+            schema = {"mlflow_colspec": [{"name": f.name, "type": str(f.type)}
+                                         for f in reader.schema]}
+        profile = {"num_rows": rows, "sha256": h.hexdigest()}
+        dataset = Dataset(name=f"tokens/{split}", digest=h.hexdigest()[:36], source_type="local",
+                          source=json.dumps({"uri": str(path)}), schema=json.dumps(schema),
+                          profile=json.dumps(profile))
+        inputs.append(DatasetInput(dataset, [InputTag("mlflow.data.context", split)]))
+    mlflow.MlflowClient(uri).log_inputs(run_id, datasets=inputs)
+    return len(inputs)
 
 
 def log_params(uri: str, run_id: str, params: dict[str, Any], tags: dict[str, str]) -> None:

@@ -1,6 +1,7 @@
 """`dvc repro` end to end: tiny random-init BERT, 2 Ray workers on CPU, real DVC and MLflow."""
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -80,9 +81,33 @@ def test_mlflow_run_has_params_losses_validation_and_eval(project):
                 "worker0/input_wait_share", "worker1/input_wait_share"):
         assert key in run_.data.metrics, key
     artifacts = {a.path for a in client.list_artifacts(run_.info.run_id)}
-    assert {"model", "eval", "plots", "profile", "diagnosis.md"} <= artifacts
+    assert {"eval", "plots", "profile", "diagnosis.md"} <= artifacts
     profile = {a.path for a in client.list_artifacts(run_.info.run_id, "profile")}
     assert {"profile/trace_steps_3-4.json", "profile/top_operators.txt"} == profile
+
+
+def test_mlflow_shows_a_named_run_its_datasets_and_its_registered_model(project):
+    import mlflow
+
+    dest, proc = project
+    client, runs = mlflow_runs(dest)
+    run_ = runs[0]
+    key, digest = run_.data.params["derived.run_name"], run_.data.tags["wellfed.run_hash"]
+    assert run_.data.tags["wellfed.run_key"] == key == "wf-" + digest[:12]  # the Ray folder
+    model_dir = Path(run_.data.params["model.name"]).name  # tiny-bert0: a local model directory
+    assert run_.info.run_name == f"{model_dir}-lr2e-3-b16-{digest[:4]}"
+    exp = client.get_experiment(run_.info.experiment_id)
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
+    inputs = {i.dataset.name: i.dataset for i in run_.inputs.dataset_inputs}
+    assert sorted(inputs) == ["tokens/test", "tokens/train", "tokens/validation"]
+    assert json.loads(inputs["tokens/test"].profile)["num_rows"] == 150
+    version = client.get_model_version("wellfed-classifier", "1")
+    assert version.run_id == run_.info.run_id
+    assert "[wellfed] model registered: models:/wellfed-classifier/1" in proc.stdout
+    mlflow.set_tracking_uri(f"sqlite:///{dest / 'mlflow.db'}")
+    model = mlflow.pyfunc.load_model("models:/wellfed-classifier/1")
+    out = model.predict(pd.DataFrame({"sentence": ["the app was broken .", "wonderful !"]}))
+    assert out["label"].isin(["negative", "neutral", "positive"]).all() and len(out) == 2
 
 
 def test_telemetry_keys_have_sane_values_for_every_worker(project):
@@ -118,6 +143,8 @@ def test_second_repro_does_nothing_and_an_experiment_is_a_new_run(project):
     assert len(runs) == 2
     assert runs[1].data.params["train.lr"] == "0.001"
     assert runs[1].data.tags.get("dvc.exp_name")
+    assert runs[1].info.run_name == runs[1].data.tags["dvc.exp_name"]  # DVC's name, in MLflow
+    assert client.get_model_version("wellfed-classifier", "2").run_id == runs[1].info.run_id
 
 
 def test_editing_a_module_evaluate_imports_marks_evaluate_changed(project):

@@ -163,7 +163,7 @@ def open_run(run: runs.Run, uri: str, experiment: str, params: dict, tags: dict,
     run left, log params; return (run id, backlog path)."""
     from wellfed.train.callback import flush_backlog
 
-    run_id = tracking.start_run(uri, experiment, run.name, run.resume_id)
+    run_id = tracking.start_run(uri, experiment, run.title, run.resume_id, run.tags())
     if run.resume_id == run_id:  # the step it resumes from is rank 0's line, once training starts
         where = ("" if runs.resume_step(run.storage_uri, run.name) else
                  ": no checkpoint was registered, starting from step 0")

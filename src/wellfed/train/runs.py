@@ -7,12 +7,16 @@ Unchanged inputs after an interrupted run -> resume from its last registered che
 same MLflow run; changed inputs -> a new name, a fresh start. A completed run's directory is
 cleared before a forced re-run. The run file (`wellfed_run.json` beside Ray's own records) holds
 the MLflow run id and whether the run completed.
+
+That name is a key, not a title: MLflow shows a run by its `title` (the DVC experiment's name,
+or a summary of the recipe) and keeps the key and the full hash as tags.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -37,17 +41,28 @@ class Run:
     """sha256 of the train and validation token files."""
     resume_id: str | None
     """The MLflow run id of an interrupted run with this name, or None for a fresh start."""
+    title: str
+    """The MLflow run name people read: $DVC_EXP_NAME under `dvc exp run`, else a summary of
+    the recipe (`minilm-lr1e-4-b32-3f2a`); tracking.start_run numbers a repeat (`...-2`)."""
+    run_hash: str
+    """The full sha256 that `name` abbreviates (the tag `wellfed.run_hash`)."""
 
     def info(self) -> dict:
         return {"storage": self.storage_uri, "name": self.name}
+
+    def tags(self) -> dict[str, str]:
+        """How to find a run in MLflow by its Ray storage folder, whatever its title."""
+        return {"wellfed.run_key": self.name, "wellfed.run_hash": self.run_hash}
 
 
 def plan(tokens_dir: Path, train_cfg: TrainConfig, model_cfg: ModelConfig,
          storage_uri: str) -> Run:
     """Name the run from its inputs and find out whether it resumes an interrupted one."""
     data_hash = file_digest([tokens_dir / "train.arrow", tokens_dir / "validation.arrow"])
+    digest = run_hash(train_cfg, model_cfg, data_hash)
     name = run_name(train_cfg, model_cfg, data_hash)
-    return Run(name, storage_uri, data_hash, prepare_storage(storage_uri, name))
+    title = os.environ.get("DVC_EXP_NAME") or run_title(train_cfg, model_cfg, digest)
+    return Run(name, storage_uri, data_hash, prepare_storage(storage_uri, name), title, digest)
 
 
 def file_digest(paths: list[Path]) -> str:
@@ -64,8 +79,22 @@ def run_name(train: TrainConfig, model: ModelConfig, data_hash: str) -> str:
     (only their split over the ranks differs, wellfed.data.batching), and a checkpoint holds the
     unwrapped model, the optimizer and the sampler position, so a run stopped on 2 GPUs resumes
     on 1 with the same steps, into the same MLflow run."""
+    return "wf-" + run_hash(train, model, data_hash)[:12]
+
+
+def run_hash(train: TrainConfig, model: ModelConfig, data_hash: str) -> str:
     key = json.dumps([asdict(train), asdict(model), data_hash], sort_keys=True)
-    return "wf-" + hashlib.sha256(key.encode()).hexdigest()[:12]
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def run_title(train: TrainConfig, model: ModelConfig, digest: str) -> str:
+    """`<model>-lr<lr>-b<global batch>-<4 hex of the run hash>`, e.g. minilm-lr1e-4-b32-3f2a:
+    the knobs people change most, and a hash that tells apart runs they share."""
+    short = "minilm" if model.name == "default" else \
+        model.name.rstrip("/").rsplit("/", 1)[-1].lower()[:24] or "model"
+    mantissa, exponent = f"{train.lr:e}".split("e")
+    lr = f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"  # 1e-4, 2.5e-5
+    return f"{short}-lr{lr}-b{train.global_batch_size}-{digest[:4]}"
 
 
 def prepare_storage(storage_uri: str, name: str) -> str | None:

@@ -1,0 +1,302 @@
+"""Predictions from an exported model directory (`data/model`): a plain function, and the same
+function as an MLflow pyfunc model that the train stage logs and registers.
+
+The model directory's contract: `config.json` is the Hugging Face config, whose `problem_type`
+says how logits become outputs; an optional `wellfed.json` beside it holds
+`{"task", "text_columns", "threshold", "max_length"}` (absent: single-label, one text column,
+0.5, 128). Outputs, one row per input row, in input order:
+
+| task         | head    | columns                                                         |
+|--------------|---------|-----------------------------------------------------------------|
+| single_label | softmax | `label` (id2label text), `score` (its probability), `prob_<key>` |
+| multi_label  | sigmoid | `labels` (texts with probability >= threshold), `prob_<key>`     |
+| regression   | none    | one column per target, named by id2label, raw values            |
+
+`<key>` is the label's safe key (wellfed.names.keys): label text may hold any character.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from wellfed import device as dev
+from wellfed.names import keys
+from wellfed.tasks import MODEL_INFO, PROBLEM_TYPE
+
+SPEC_FILE = MODEL_INFO
+TASKS = {problem: task for task, problem in PROBLEM_TYPE.items()}  # config.json's name -> ours
+# The rows the logged model shows as its input example (and is checked on when it is logged):
+# one short and one long, so the example also exercises padding.
+EXAMPLE_TEXTS = ("A short example.",
+                 "A longer example text, so that the two rows of the example differ in length.")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What a model directory says about its inputs and outputs."""
+
+    task: str
+    """single_label | multi_label | regression."""
+    text_columns: tuple[str, ...]
+    """The input column(s): one text, or two for a sentence pair (first, second)."""
+    threshold: float
+    """multi_label: a label is predicted when its probability is at least this."""
+    max_length: int
+    """Tokens per row (a pair counts both texts); longer rows are truncated, longest text first."""
+    labels: tuple[str, ...]
+    """id2label texts in id order (regression: the target names)."""
+
+
+@dataclass(frozen=True)
+class Predictor:
+    """A loaded model, ready for `predict`."""
+
+    model: torch.nn.Module
+    tokenizer: object
+    spec: ModelSpec
+    device: torch.device
+    precision: dev.Precision
+
+
+def read_spec(model_dir: str | Path) -> ModelSpec:
+    """The ModelSpec of a model directory, from config.json and the optional wellfed.json."""
+    model_dir = Path(model_dir)
+    config_file = model_dir / "config.json"
+    if not config_file.is_file():
+        raise FileNotFoundError(f"{config_file} not found; point at an exported model directory "
+                                "(the train stage writes data/model)")
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    extra_file = model_dir / SPEC_FILE
+    extra = json.loads(extra_file.read_text(encoding="utf-8")) if extra_file.is_file() else {}
+    from_config = TASKS.get(config.get("problem_type") or "single_label_classification")
+    task = extra.get("task", from_config)
+    if task not in TASKS.values() or (from_config and "problem_type" in config
+                                      and config["problem_type"] and task != from_config):
+        raise ValueError(f"{extra_file}: task {task!r} does not fit config.json's problem_type "
+                         f"{config.get('problem_type')!r}; one of {sorted(TASKS.values())}, "
+                         "matching the head the model was trained with")
+    id2label = config.get("id2label") or {str(i): f"LABEL_{i}"
+                                          for i in range(config.get("num_labels", 2))}
+    labels = tuple(str(id2label[str(i)]) for i in range(len(id2label)))
+    columns = tuple(extra.get("text_columns", ["sentence"]))
+    if len(columns) not in (1, 2):
+        raise ValueError(f"{extra_file}: text_columns must name one column or two (a sentence "
+                         f"pair); got {list(columns)}")
+    return ModelSpec(task=task, text_columns=columns, threshold=float(extra.get("threshold", 0.5)),
+                     max_length=int(extra.get("max_length", 128)), labels=labels)
+
+
+def load(model_dir: str | Path, device: torch.device | None = None) -> Predictor:
+    """Model, tokenizer and spec from an exported model directory, on the GPU when there is one."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    spec = read_spec(model_dir)
+    device = device or torch.device("cuda" if dev.cuda_available() else "cpu")
+    hf_logging.disable_progress_bar()  # a local directory: no download to show, only noise
+    model = AutoModelForSequenceClassification.from_pretrained(str(model_dir))
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir), use_fast=True)
+    # Regression outputs are the raw numbers: bf16's 8-bit mantissa would round 123.4 to 123.
+    precision = (dev.Precision("fp32", "regression: raw outputs keep full precision")
+                 if spec.task == "regression" else dev.choose_precision("auto", device))
+    return Predictor(model.eval().to(device), tokenizer, spec, device, precision)
+
+
+def text_columns(frame: pd.DataFrame, spec: ModelSpec) -> list[pd.Series]:
+    """The input's text column(s) as strings; one string column is taken whatever its name when
+    the model reads one text."""
+    names = list(spec.text_columns)
+    if len(names) == 1 and names[0] not in frame.columns:
+        strings = [c for c in frame.columns if pd.api.types.is_string_dtype(frame[c])]
+        if len(strings) == 1 and len(frame.columns) == 1:
+            names = strings
+    out = []
+    for name in names:
+        if name not in frame.columns:
+            raise ValueError(f"input has no column {name!r} (columns: {list(frame.columns)}); "
+                             f"the model reads {list(spec.text_columns)}: rename the column")
+        column = frame[name]
+        missing = column.isna().to_numpy()
+        if missing.any():
+            row = int(np.flatnonzero(missing)[0])
+            raise ValueError(f"input column {name!r} is empty at row {row} (0-based); every row "
+                             "needs a text")
+        out.append(column.astype(str))
+    return out
+
+
+def batches(lengths: np.ndarray, batch_rows: int, batch_tokens: int) -> list[np.ndarray]:
+    """Row indices grouped longest first, each group at most `batch_rows` rows and (rows x its
+    longest row) `batch_tokens` padded tokens: rows of like length share a batch, so little
+    padding is computed (SST-2-like texts: ~0.95 real tokens per computed one vs ~0.3 unsorted)."""
+    order = np.argsort(-lengths, kind="stable")
+    groups, start = [], 0
+    while start < len(order):
+        width = max(int(lengths[order[start]]), 1)  # longest first: the first row sets the width
+        rows = max(1, min(batch_rows, batch_tokens // width))
+        groups.append(order[start:start + rows])
+        start += rows
+    return groups
+
+
+def padded(rows: list[list[int]], width: int, value: int) -> np.ndarray:
+    out = np.full((len(rows), width), value, np.int64)
+    for i, row in enumerate(rows):
+        out[i, :len(row)] = row
+    return out
+
+
+def predict(predictor: Predictor, frame: pd.DataFrame, batch_rows: int = 64,
+            batch_tokens: int = 8192) -> pd.DataFrame:
+    """One output row per input row, in input order (with the input's index): see the module
+    docstring for the columns."""
+    spec, tok = predictor.spec, predictor.tokenizer
+    texts = [c.tolist() for c in text_columns(frame, spec)]
+    if not len(frame):  # the tokenizer refuses an empty batch
+        return output_frame(np.zeros((0, len(spec.labels)), np.float32), spec, frame.index)
+    enc = tok(*texts, truncation="longest_first" if len(texts) == 2 else True,
+              max_length=spec.max_length, return_attention_mask=False)
+    ids = enc["input_ids"]
+    types = enc.get("token_type_ids")
+    lengths = np.fromiter((len(r) for r in ids), np.int64, len(ids))
+    out = np.zeros((len(ids), len(spec.labels)), np.float32)
+    pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
+    with torch.no_grad():
+        for idx in batches(lengths, batch_rows, batch_tokens):
+            width = int(lengths[idx].max())
+            host = {"input_ids": padded([ids[i] for i in idx], width, pad_id),
+                    "attention_mask": (np.arange(width) < lengths[idx, None]).astype(np.int64)}
+            if types is not None:
+                host["token_type_ids"] = padded([types[i] for i in idx], width, 0)
+            batch = dev.to_device(host, predictor.device)
+            with dev.autocast(predictor.device, predictor.precision):
+                logits = predictor.model(**batch).logits.float()
+            if spec.task == "single_label":
+                logits = torch.softmax(logits, -1)
+            elif spec.task == "multi_label":
+                logits = torch.sigmoid(logits)
+            out[idx] = logits.cpu().numpy()  # scattered back to the rows' input positions
+    return output_frame(out, spec, frame.index)
+
+
+def output_frame(values: np.ndarray, spec: ModelSpec, index: pd.Index) -> pd.DataFrame:
+    if spec.task == "regression":
+        return pd.DataFrame(values.astype(np.float64), columns=list(spec.labels), index=index)
+    labels = np.asarray(spec.labels, object)
+    head: dict[str, object] = {}
+    if spec.task == "single_label":
+        best = values.argmax(1) if len(values) else np.zeros(0, np.int64)
+        head = {"label": labels[best],
+                "score": values[np.arange(len(values)), best].astype(np.float64)}
+    else:
+        head = {"labels": [labels[row >= spec.threshold].tolist() for row in values]}
+    probs = {f"prob_{k}": values[:, i].astype(np.float64) for i, k in enumerate(keys(spec.labels))}
+    return pd.DataFrame({**head, **probs}, index=index)
+
+
+def classifier_model():
+    """`predict` as an MLflow pyfunc model over its artifact `model` (the model directory).
+
+    The class is made here, not at import: importing MLflow fixes its log level, and a stage
+    sets that level (cli.console) after its imports. Nothing is pickled (ENTRY_POINT), so a
+    class made in a function is fine."""
+    import mlflow.pyfunc
+
+    class ClassifierModel(mlflow.pyfunc.PythonModel):
+        def load_context(self, context):
+            self.predictor = load(context.artifacts["model"])
+
+        # The hint: MLflow checks inputs by the logged signature, not by this hint; without
+        # one it warns when the class is made.
+        def predict(self, context, model_input: pd.DataFrame, params=None) -> pd.DataFrame:
+            return predict(self.predictor, pd.DataFrame(model_input))
+
+    return ClassifierModel()
+
+
+def example_input(spec: ModelSpec) -> pd.DataFrame:
+    return pd.DataFrame({name: list(EXAMPLE_TEXTS) for name in spec.text_columns})
+
+
+def requirements() -> list[str]:
+    """What the served model imports (wellfed itself travels in the model's code/ folder), at
+    the versions this run used, without local tags such as +cpu that PyPI does not carry."""
+    from importlib.metadata import version
+
+    return [f"{name}=={version(name).split('+')[0]}"
+            for name in ("mlflow", "torch", "transformers", "tokenizers", "numpy", "pandas")]
+
+
+# The model's entry point, written into the model (MLflow's "models from code": nothing is
+# pickled, so the model does not depend on pickle-compatible class paths or versions).
+ENTRY_POINT = """import mlflow
+
+from wellfed.serving import classifier_model
+
+mlflow.models.set_model(classifier_model())
+"""
+
+
+@contextlib.contextmanager
+def no_artifact_progress_bar():
+    """MLflow draws a progress bar each time it copies a model's files (log_model loads the
+    model back once to check the input example); the stage's console is for people."""
+    before = os.environ.get("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR")
+    os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"]
+        else:
+            os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = before
+
+
+def log_model(uri: str, run_id: str, model_dir: str | Path, registered_name: str):
+    """Log `model_dir` as a pyfunc model of run `run_id`, named `registered_name` in the run's
+    Models column, and register it as a new version of `registered_name`, linked to the run and the logged
+    model. Returns (MLflow's ModelInfo, the ModelVersion)."""
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    import wellfed
+
+    model_dir = Path(model_dir)
+    predictor = load(model_dir)
+    example = example_input(predictor.spec)
+    signature = mlflow.models.infer_signature(example, predict(predictor, example))
+    mlflow.set_tracking_uri(uri)
+    with tempfile.TemporaryDirectory() as tmp:
+        # The model carries the code it runs (this module and the three it imports), so it loads
+        # and serves wherever its pip requirements are installed, wellfed or not.
+        package = Path(tmp, "wellfed")
+        package.mkdir()
+        for name in ("__init__.py", "serving.py", "names.py", "device.py", "tasks.py"):
+            shutil.copy(Path(wellfed.__file__).parent / name, package / name)
+        entry = Path(tmp, "classifier.py")
+        entry.write_text(ENTRY_POINT, encoding="utf-8")
+        with no_artifact_progress_bar(), mlflow.start_run(run_id=run_id):
+            info = mlflow.pyfunc.log_model(
+                name=registered_name, python_model=str(entry), artifacts={"model": str(model_dir)},
+                code_paths=[str(package)], signature=signature, input_example=example,
+                pip_requirements=requirements(), tags={"wellfed.task": predictor.spec.task})
+    # Registered through the client, which prints nothing (the fluent API prints two lines).
+    client = mlflow.MlflowClient(uri)
+    try:
+        client.create_registered_model(registered_name)
+    except MlflowException as err:
+        if err.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+    version = client.create_model_version(registered_name, info.model_uri, run_id=run_id,
+                                          model_id=info.model_id)
+    return info, version

@@ -1,0 +1,208 @@
+"""The predictor over an exported model directory, and the same model through MLflow: logged,
+registered, loaded with mlflow.pyfunc and served with `mlflow models serve`."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from wellfed import serving, tracking
+
+LABELS = ["negative", "card/lost", "refund?"]  # keys: negative, card_lost, refund
+# Very different lengths, in no length order: batches are length-sorted and scattered back.
+TEXTS = ["ok", "the film was a slow, long and in the end rather pointless affair " * 6,
+         "bad .", "a fine cast and a script that never finds its feet, but a lovely score",
+         "meh", "an honest , warm and funny film ."]
+
+
+def save_model(tiny_model_dir: Path, dest: Path, labels: list[str], problem_type: str,
+               extra: dict | None = None) -> Path:
+    """A random-init tiny BERT with `labels` saved like the train stage exports one."""
+    import torch
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    torch.manual_seed(0)
+    config = AutoConfig.from_pretrained(tiny_model_dir, num_labels=len(labels),
+                                        id2label=dict(enumerate(labels)),
+                                        label2id={n: i for i, n in enumerate(labels)},
+                                        problem_type=problem_type)
+    AutoModelForSequenceClassification.from_config(config).save_pretrained(dest)
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        shutil.copy(tiny_model_dir / name, dest / name)
+    if extra is not None:
+        (dest / serving.SPEC_FILE).write_text(json.dumps(extra))
+    return dest
+
+
+@pytest.fixture(scope="module")
+def model_dir(tiny_model_dir, tmp_path_factory) -> Path:
+    return save_model(tiny_model_dir, tmp_path_factory.mktemp("model"), LABELS,
+                      "single_label_classification")
+
+
+@pytest.fixture(scope="module")
+def predictor(model_dir):
+    return serving.load(model_dir)
+
+
+def one_by_one(predictor, frame: pd.DataFrame) -> pd.DataFrame:
+    return pd.concat([serving.predict(predictor, frame.iloc[[i]]) for i in range(len(frame))])
+
+
+def test_single_label_outputs_in_input_order(predictor):
+    frame = pd.DataFrame({"sentence": TEXTS})
+    out = serving.predict(predictor, frame, batch_rows=2)  # 3 length-sorted batches
+    assert list(out.columns) == ["label", "score", "prob_negative", "prob_card_lost",
+                                 "prob_refund"]
+    assert len(out) == len(TEXTS) and out.index.equals(frame.index)
+    alone = one_by_one(predictor, frame)  # no batch, no padding: the reference
+    probs = out.filter(like="prob_").to_numpy()
+    np.testing.assert_allclose(probs, alone.filter(like="prob_").to_numpy(), atol=1e-5)
+    np.testing.assert_allclose(probs.sum(1), 1, atol=1e-5)
+    assert out["label"].tolist() == [LABELS[i] for i in probs.argmax(1)]
+    np.testing.assert_allclose(out["score"], probs.max(1), atol=1e-7)
+
+
+def test_any_single_string_column_is_the_text_and_a_missing_column_is_one_line(predictor):
+    out = serving.predict(predictor, pd.DataFrame({"review": ["good", "bad ."]}))
+    assert len(out) == 2
+    with pytest.raises(ValueError, match=r"no column 'sentence' .* rename the column"):
+        serving.predict(predictor, pd.DataFrame({"review": ["a"], "id": [1]}))
+    with pytest.raises(ValueError, match=r"'sentence' is empty at row 1"):
+        serving.predict(predictor, pd.DataFrame({"sentence": ["a", None]}))
+    assert serving.predict(predictor, pd.DataFrame({"sentence": []})).shape == (0, 5)
+
+
+def test_importing_the_predictor_leaves_mlflow_unimported():
+    """A stage sets MLflow's log level after its imports (cli.console); MLflow reads it once,
+    when first imported, so an import of serving must not import MLflow."""
+    code = "import sys, wellfed.serving; print('mlflow' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_multi_label_pairs_and_regression(tiny_model_dir, tmp_path):
+    multi = serving.load(save_model(
+        tiny_model_dir, tmp_path / "multi", ["a", "b", "c"], "multi_label_classification",
+        {"task": "multi_label", "text_columns": ["premise", "hypothesis"], "threshold": 0.5,
+         "max_length": 16}))
+    frame = pd.DataFrame({"hypothesis": TEXTS[::-1], "premise": TEXTS})
+    out = serving.predict(multi, frame)
+    assert list(out.columns) == ["labels", "prob_a", "prob_b", "prob_c"]
+    probs = out.filter(like="prob_").to_numpy()
+    assert [list(x) for x in out["labels"]] == \
+        [[n for n, p in zip("abc", row) if p >= 0.5] for row in probs]
+    np.testing.assert_allclose(probs, one_by_one(multi, frame).filter(like="prob_").to_numpy(),
+                               atol=1e-5)
+    with pytest.raises(ValueError, match="no column 'hypothesis'"):
+        serving.predict(multi, frame[["premise"]])
+
+    reg = serving.load(save_model(tiny_model_dir, tmp_path / "reg", ["price", "stars"],
+                                  "regression", {"task": "regression"}))
+    out = serving.predict(reg, pd.DataFrame({"text": TEXTS}))
+    assert list(out.columns) == ["price", "stars"] and out.dtypes.eq("float64").all()
+    with pytest.raises(ValueError, match="does not fit config.json's problem_type"):
+        serving.read_spec(save_model(tiny_model_dir, tmp_path / "bad", ["x"], "regression",
+                                     {"task": "single_label"}))
+
+
+@pytest.fixture(scope="module")
+def registered(model_dir, tmp_path_factory):
+    """The model logged into a run of a real sqlite store and registered, as the train stage does."""
+    root = tmp_path_factory.mktemp("mlflow")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    run_id = tracking.start_run(uri, "serve", "r")
+    info, version = serving.log_model(uri, run_id, model_dir, "serve-classifier")
+    assert str(version.version) == "1"
+    return uri, run_id, info
+
+
+def test_registered_model_loads_with_pyfunc_and_answers_in_input_order(registered, predictor):
+    import mlflow
+
+    uri, run_id, info = registered
+    client = mlflow.MlflowClient(uri)
+    version = client.get_model_version("serve-classifier", "1")
+    assert version.run_id == run_id and version.source == f"models:/{info.model_id}"
+    logged = client.get_logged_model(info.model_id)
+    assert logged.source_run_id == run_id and logged.tags["wellfed.task"] == "single_label"
+    assert logged.name == "serve-classifier"  # what the runs table's Models column shows
+    assert info.signature.inputs.input_names() == ["sentence"]
+
+    mlflow.set_tracking_uri(uri)
+    model = mlflow.pyfunc.load_model("models:/serve-classifier/1")
+    frame = pd.DataFrame({"sentence": TEXTS})
+    out = model.predict(frame)
+    expected = serving.predict(predictor, frame)
+    assert out["label"].tolist() == expected["label"].tolist()
+    np.testing.assert_allclose(out["score"], expected["score"], atol=1e-6)
+    # the model carries its own code: wellfed's serving module and what it imports
+    code = Path(mlflow.artifacts.download_artifacts(f"models:/serve-classifier/1")) / "code"
+    assert sorted(p.name for p in (code / "wellfed").glob("*.py")) == \
+        ["__init__.py", "device.py", "names.py", "serving.py", "tasks.py"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def post(url: str, body: dict) -> dict:
+    req = urllib.request.Request(url, json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        return json.loads(resp.read())
+
+
+@pytest.mark.e2e  # a real server process; ~15 s on 2 busy cores
+def test_mlflow_models_serve_answers_invocations(registered, predictor, tmp_path):
+    uri, _, _ = registered
+    port = free_port()
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "MLFLOW_DISABLE_TELEMETRY": "true",
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("PYTHONPATH", None)  # the served model imports wellfed from its own code/ folder
+    log = open(tmp_path / "serve.log", "w")
+    proc = subprocess.Popen(["mlflow", "models", "serve", "-m", "models:/serve-classifier/1",
+                             "--env-manager", "local", "-h", "127.0.0.1", "-p", str(port)],
+                            env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path,
+                            start_new_session=True)  # its own process group, ended below
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.time() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/ping", timeout=2):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.time() > deadline:
+                    raise AssertionError((tmp_path / "serve.log").read_text()[-3000:])
+                time.sleep(0.5)
+        expected = serving.predict(predictor, pd.DataFrame({"sentence": TEXTS}))
+        split = post(f"{url}/invocations", {"dataframe_split": {"columns": ["sentence"],
+                                                                "data": [[t] for t in TEXTS]}})
+        inputs = post(f"{url}/invocations", {"inputs": {"sentence": TEXTS}})
+        for answer in (split, inputs):
+            rows = answer["predictions"]
+            assert [r["label"] for r in rows] == expected["label"].tolist()
+            np.testing.assert_allclose([r["score"] for r in rows], expected["score"], atol=1e-5)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
