@@ -31,7 +31,8 @@ def main(tokens_dir, model_dir, run_json, eval_dir):
     task, threshold = spec.task, spec.threshold
     outputs = evaluation.predict(model, data, meta["pad_id"], device, precision, task=task)
     metrics = {"split": split, "task": task,
-               **evaluation.score_task(task, data.labels, outputs, names, threshold)}
+               **evaluation.score_task(task, data.labels, outputs, names, threshold),
+               **evaluation.calibration(task, data.labels, outputs)}  # {} for regression
     frame = evaluation.predictions_frame(data, outputs, names, task, threshold)
     with atomic_path(out / "predictions.parquet") as tmp:
         frame.to_parquet(tmp, index=False)
@@ -46,6 +47,9 @@ def main(tokens_dir, model_dir, run_json, eval_dir):
             matrix = evaluation.confusion(pairs, shown)
             metrics["confusion_matrix"] = matrix.tolist()
             evaluation.plot_confusion(matrix, shown, tmp)
+    if "calibration" in metrics:  # can the scores be read as probabilities?
+        with atomic_path(out / "reliability.png") as tmp:
+            evaluation.plot_reliability(metrics["calibration"], metrics["ece"], tmp)
     write_json(out / "report.json", metrics)  # per-class scores, confusion matrix: the detail
     run = json.loads(Path(run_json).read_text())
     tracked = evaluation.tracked(metrics, task)
@@ -56,7 +60,8 @@ def main(tokens_dir, model_dir, run_json, eval_dir):
                metrics.get("per_class", metrics.get("per_target", {})).items()}
     tracking.log_text(run["tracking_uri"], run["mlflow_run_id"],
                       json.dumps(mapping, indent=2, ensure_ascii=False), "eval/label_keys.json")
-    shown = ", ".join(f"{k.replace('_', ' ').replace('f1', 'F1')} {metrics[k]:.4f}"
+    words = {"macro_f1": "macro F1", "micro_f1": "micro F1", "ece": "ECE"}
+    shown = ", ".join(f"{words.get(k, k.replace('_', ' '))} {metrics[k]:.4f}"
                       for k in evaluation.HEADLINE[task])
     at = f" at threshold {threshold:g}" if task == "multi_label" else ""
     print(f"[wellfed] evaluate on {split} ({metrics['rows']} rows): {shown}{at}")

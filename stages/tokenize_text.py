@@ -5,6 +5,7 @@ usage: python stages/tokenize_text.py PREPARED_DIR TOKENS_DIR STATS_JSON
 """
 
 import json
+import os
 from pathlib import Path
 
 from wellfed.cli import stage
@@ -17,6 +18,9 @@ from wellfed.outputs import atomic_path, write_json
 
 @stage
 def main(prepared_dir, tokens_dir, stats_json):
+    # This stage forks nothing, so the Rust tokenizer may use every core (Makefile and cli turn
+    # it off for the stages that fork): SST-2 train encoded at 52-57k rows/s vs 31-35k on 2 cores.
+    os.environ["TOKENIZERS_PARALLELISM"] = "true"
     tok_cfg, model_cfg = load_params("params.yaml", "tokenize", "model")
     prepared = Path(prepared_dir)
     label_info = json.loads((prepared / "labels.json").read_text())

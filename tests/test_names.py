@@ -96,16 +96,16 @@ def scored(tmp_path_factory, tiny_model_dir):
 def test_evaluate_keys_metrics_by_safe_key_and_keeps_the_label_text(scored):
     root, client, run_id = scored
     assert set(json.loads((root / "eval" / "metrics.json").read_text())) == {
-        "eval/accuracy", "eval/macro_f1"}  # the DVC metrics: headline only
+        "eval/accuracy", "eval/macro_f1", "eval/ece"}  # the DVC metrics: headline only
     metrics = json.loads((root / "eval" / "report.json").read_text())
     assert list(metrics["per_class"]) == ["refund", "card_lost", "naïve_café"]
     assert [c["label"] for c in metrics["per_class"].values()] == AWKWARD
     assert sum(c["support"] for c in metrics["per_class"].values()) == 30
     logged = set(client.get_run(run_id).data.metrics)
-    assert logged == {"eval/accuracy", "eval/macro_f1"} | {
+    assert logged == {"eval/accuracy", "eval/macro_f1", "eval/ece"} | {
         f"eval/{key}/{m}" for key in ("refund", "card_lost", "naïve_café")
         for m in ("precision", "recall", "f1")}
-    assert len(logged) == 11
+    assert len(logged) == 12
     mapping = json.loads(mlflow.artifacts.load_text(
         f"{client.get_run(run_id).info.artifact_uri}/eval/label_keys.json"))
     assert mapping == {"refund": "refund?", "card_lost": "card/lost", "naïve_café": "naïve café"}
@@ -120,6 +120,7 @@ def test_evaluate_writes_label_text_where_it_is_data(scored):
     confusion = pd.read_csv(root / "eval" / "confusion.csv")
     assert confusion["gold"].tolist() == preds["gold"].tolist()
     assert (root / "eval" / "confusion.png").stat().st_size > 1000
+    assert (root / "eval" / "reliability.png").stat().st_size > 1000
 
 
 def test_an_mlflow_failure_in_evaluate_is_one_line_naming_the_call(scored):

@@ -99,8 +99,8 @@ def score_regression(gold: np.ndarray, values: np.ndarray, names: list[str]) -> 
     return {**mean, "rows": int(len(gold)), "per_target": per}
 
 
-HEADLINE = {"single_label": ("accuracy", "macro_f1"),
-            "multi_label": ("micro_f1", "macro_f1", "subset_accuracy"),
+HEADLINE = {"single_label": ("accuracy", "macro_f1", "ece"),
+            "multi_label": ("micro_f1", "macro_f1", "subset_accuracy", "ece"),
             "regression": ("pearson", "spearman", "mse")}
 """Each task's figures in the DVC metrics file (eval/<name>); the rest are in the report."""
 
@@ -251,3 +251,72 @@ def threshold_on(model_dir, data: TokenFile, pad_id: int) -> tuple[float, float,
     half = f1_score(data.labels.astype(int), (probs >= 0.5).astype(int), average="macro",
                     zero_division=0)
     return best, f1, float(half)
+
+
+ECE_BINS = 15  # the usual choice (Guo et al. 2017); 872 SST-2 dev rows -> ~58 per bin if spread
+
+
+def calibration(task: str, gold: np.ndarray, probs: np.ndarray, bins: int = ECE_BINS) -> dict:
+    """Expected calibration error and its reliability table, or {} for regression.
+
+    Single-label: each row's confidence is its top-class probability and its outcome is whether
+    that class is the gold one. Multi-label: every (row, label) probability is pooled, its outcome
+    the label's gold 0/1 (so the threshold plays no part). The confidences fall into `bins`
+    equal-width bins on [0, 1]; a value on an edge goes to the lower bin and 0 to the first, as
+    in `sklearn.calibration.calibration_curve(strategy="uniform")`. ECE = sum over bins of
+    (rows in bin / all rows) x |accuracy in bin - mean confidence in bin|: 0 when a score of 0.8
+    is right 80% of the time, 0.2 for a model always 100% sure and right 80% of the time."""
+    if task == "regression":
+        return {}
+    probs = np.clip(np.asarray(probs, np.float64), 0.0, 1.0)  # float32 softmax can top 1.0
+    if task == "single_label":
+        confidence = probs.max(1)
+        correct = (probs.argmax(1) == np.asarray(gold)).astype(np.float64)
+    else:
+        confidence = probs.ravel()
+        correct = (np.asarray(gold).ravel() > 0.5).astype(np.float64)
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    ids = np.searchsorted(edges[1:-1], confidence)
+    count = np.bincount(ids, minlength=bins)
+    hits = np.bincount(ids, weights=correct, minlength=bins)
+    mass = np.bincount(ids, weights=confidence, minlength=bins)
+    seen = count > 0
+    accuracy = np.divide(hits, count, out=np.zeros(bins), where=seen)
+    mean_conf = np.divide(mass, count, out=np.zeros(bins), where=seen)
+    ece = float(np.sum(count / max(len(confidence), 1) * np.abs(accuracy - mean_conf)))
+    # Empty bins are null in the table, not 0: a plot or reader must not mistake them for data.
+    return {"ece": ece, "calibration": {
+        "bins": bins, "confidence": "top-class probability" if task == "single_label"
+        else "each label's probability, pooled",
+        "edges": edges.tolist(), "count": count.tolist(),
+        "accuracy": [float(a) if s else None for a, s in zip(accuracy, seen)],
+        "mean_confidence": [float(c) if s else None for c, s in zip(mean_conf, seen)]}}
+
+
+def plot_reliability(table: dict, ece: float, path) -> None:
+    """Accuracy against confidence per bin with the diagonal (perfect calibration) above, the
+    rows per bin as a histogram below: bars under the diagonal are overconfident bins."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    edges = np.asarray(table["edges"])
+    width, left = np.diff(edges), edges[:-1]
+    seen = [a is not None for a in table["accuracy"]]
+    accuracy = np.array([a if a is not None else 0.0 for a in table["accuracy"]])
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(5, 6), dpi=110, sharex=True,
+                                      gridspec_kw={"height_ratios": [3, 1]})
+    top.bar(left[seen], accuracy[seen], width=width[seen], align="edge", edgecolor="black",
+            color="tab:blue", alpha=0.8, label="accuracy in bin")
+    top.plot([0, 1], [0, 1], color="grey", ls="--", lw=1, label="perfectly calibrated")
+    top.set_xlim(0, 1)
+    top.set_ylim(0, 1)
+    top.set_ylabel("accuracy" if "top-class" in table["confidence"] else "share positive")
+    top.set_title(f"reliability ({table['bins']} bins): ECE {ece:.4f}")
+    top.legend(loc="upper left")
+    bottom.bar(left, table["count"], width=width, align="edge", edgecolor="black", color="grey")
+    bottom.set_ylabel("rows" if "top-class" in table["confidence"] else "row x label")
+    bottom.set_xlabel(f"confidence ({table['confidence']})")
+    fig.savefig(path, format="png", bbox_inches="tight")
+    plt.close(fig)
