@@ -89,7 +89,7 @@ def test_goemotions_multi_label_with_a_tuned_threshold(tmp_path):
     """28 emotions, comma-separated ids in a headerless TSV (GoEmotions' own files, read as
     they are). Anchors: bert-base-cased test macro-F1 0.46 (paper) to 0.50 (10 epochs,
     threshold 0.3); MiniLM-L6 *frozen* + linear head 0.261 at threshold 0.5 and 0.397 with
-    per-label tuned thresholds. Here: 1 epoch on the first 12,000 train rows, one global
+    per-label tuned thresholds. Here: 1 epoch on the first 8,000 train rows, one global
     threshold tuned on dev. Rare labels (grief: 77 train rows in all) stay near 0 F1 at this
     size, so the floor is on micro-F1 (0.45) with macro-F1 above the frozen 0.5-threshold
     anchor (0.261)."""
@@ -102,7 +102,7 @@ def test_goemotions_multi_label_with_a_tuned_threshold(tmp_path):
     raw = project / "data" / "raw"
     raw.mkdir(parents=True, exist_ok=True)
     lines = (GOEMOTIONS / "train.tsv").read_text(encoding="utf-8").splitlines(True)
-    (raw / "train.tsv").write_text("".join(lines[:12000]), encoding="utf-8")
+    (raw / "train.tsv").write_text("".join(lines[:8000]), encoding="utf-8")
     for name in ("dev.tsv", "test.tsv"):
         (raw / name).write_bytes((GOEMOTIONS / name).read_bytes())
     report, train, seconds = repro(project)
@@ -123,13 +123,14 @@ def test_goemotions_multi_label_with_a_tuned_threshold(tmp_path):
 def test_emobank_valence_regression(tmp_path):
     """Sentence valence on 1-5 (sd 0.35 around 3.0). No verified published figure for a
     fine-tuned small model exists (SOURCE.md), so the check is relative: a mean predictor has
-    Pearson r 0; 2 epochs of MiniLM on the 8,062 train sentences must reach r >= 0.5 on test."""
+    Pearson r 0; 1 epoch of MiniLM on the 8,062 train sentences must reach r >= 0.5 on test
+    (2 epochs reached r 0.70 on dev here)."""
     with open(EMOBANK, newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     project = make_project(tmp_path, {**PIPELINE, "prepare": {
         "train": "train.tsv", "validation": "dev.tsv", "test": "test.tsv",
         "text_column": "text", "label_column": "V"},
-        "train": {"epochs": 2, "lr": 1e-4, "global_batch_size": 32, "eval_every": 0,
+        "train": {"epochs": 1, "lr": 1e-4, "global_batch_size": 32, "eval_every": 0,
                   "report_every": 50, "checkpoint_every": 1000}}, raw_rows={})
     write_split_files(rows, lambda r: r["split"], ["text", "V"], project / "data" / "raw",
                       {"train": "train.tsv", "dev": "dev.tsv", "test": "test.tsv"})
