@@ -242,3 +242,31 @@ def test_improvement_is_strict_and_never_non_finite():
     assert not selection.observe(best, {"val/loss": 0.5}, 6)  # a tie keeps the earlier step
     assert not selection.observe(best, {"val/loss": float("-inf")}, 8)
     assert best == {"metric": "val/loss", "step": 4, "value": 0.5, "rank": 1, "since": 2}
+
+
+def test_the_chosen_step_is_printed_and_logged_to_mlflow(job, tmp_path, capsys):
+    import json
+
+    import mlflow
+    from ray.train import Checkpoint
+
+    from wellfed import tracking
+
+    def stored(step: int) -> Checkpoint:
+        (tmp_path / str(step)).mkdir()
+        (tmp_path / str(step) / checkpoint.STATE).write_text(json.dumps({"step": step}))
+        return Checkpoint.from_directory(str(tmp_path / str(step)))
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run_id = tracking.start_run(uri, "best", "r")
+    best = {"metric": "val/macro_f1", "step": 40, "value": 0.8123, "rank": 3, "since": 2}
+    at_40, at_96 = stored(40), stored(96)
+    driver.announce(driver.Trained(at_40, at_96, best, job), uri, run_id)
+    logged = mlflow.MlflowClient(uri).get_run(run_id).data.metrics
+    assert logged == {"best/step": 40, "best/val/macro_f1": 0.8123}
+    assert capsys.readouterr().out == ("[wellfed] model: step 40 of 96, the best val/macro_f1 "
+                                       "0.8123 (train.select: best)\n")
+    last = with_train(job, select="last")
+    driver.announce(driver.Trained(at_96, at_96, best, last), uri, run_id)
+    assert capsys.readouterr().out == ("[wellfed] model: step 96 of 96, the last (train.select: "
+                                       "last); the best was val/macro_f1 0.8123 at step 40\n")
