@@ -66,7 +66,7 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir):
     tracking.log_text(uri, run_id, text, "diagnosis.md")
     print(text)
 
-    metrics = driver.summarize(history, seconds, figures)
+    metrics = driver.summarize(history, seconds, figures, checkpoint.best)
     write_json(out / "metrics.json", metrics)  # the DVC metrics: headline only, MLflow's names
     # val/* are already in the run, logged at their steps; the rest are the run's own figures.
     tracking.log_metrics(uri, run_id, {k: v for k, v in metrics.items() if k.startswith("train/")})

@@ -218,6 +218,16 @@ class TrainConfig:
     threshold: float | str = 0.5
     """Multi-label: a label is predicted when its probability reaches this; "tune" = the
     threshold with the best validation macro-F1 (0.05 to 0.95), recorded with the model."""
+    select: Literal["best", "last"] = "best"
+    """Which checkpoint becomes the exported model: best = the validation with the best
+    `select_metric` (a new best is always checkpointed), last = the final step."""
+    select_metric: str = "auto"
+    """The validation figure that ranks checkpoints and drives early stopping: auto = the task's
+    headline (val/macro_f1 for single- and multi-label, val/pearson for regression), or any val/*
+    figure the task reports (e.g. val/loss); val/loss and val/mse are lower-is-better."""
+    early_stopping_patience: int = 0
+    """Stop after this many validations in a row without a strict improvement of
+    `select_metric` (0 = never); the stop step is checkpointed and the run ends normally."""
 
     def profile_range(self) -> tuple[int, int] | None:
         if not self.profile_steps:
@@ -262,6 +272,15 @@ class TrainConfig:
         if self.threshold != "tune" and not (number(self.threshold) is not None
                                              and 0 < number(self.threshold) < 1):
             out.append(f"train.threshold must be in (0, 1) or tune; got {self.threshold!r}")
+        if self.early_stopping_patience < 0:
+            out.append(f"train.early_stopping_patience must be >= 0 (0 = off); got "
+                       f"{self.early_stopping_patience}")
+        elif self.early_stopping_patience and not self.eval_every:
+            out.append("train.early_stopping_patience needs periodic validations; set "
+                       "train.eval_every > 0 or early_stopping_patience: 0")
+        if self.select_metric != "auto" and not self.select_metric.startswith("val/"):
+            out.append(f"train.select_metric must be auto or a validation figure like "
+                       f"val/macro_f1 or val/loss; got {self.select_metric!r}")
         return out
 
     def accumulation_steps(self, world_size: int) -> int:

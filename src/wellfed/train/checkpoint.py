@@ -2,9 +2,11 @@
 
     model.pt          the model's state dict (unwrapped from DDP)
     optim.pt          optimizer, LR scheduler and GradScaler state
-    train_state.json  step, epoch and sampler position, and the per-step history so far
-    hf_model/         the final checkpoint only: a Hugging Face model directory (safetensors),
-                      LoRA adapters merged into the weights
+    train_state.json  step, epoch and sampler position, the per-step history so far and the
+                      best validation so far (train/selection.py)
+    hf_model/         the final checkpoint only (the last step, or an early stop): a Hugging
+                      Face model directory (safetensors), LoRA adapters merged into the weights;
+                      other checkpoints are exported from model.pt (train/driver.py)
     profile/          the final checkpoint only, when train.profile_steps is set: the trace
 """
 
@@ -34,16 +36,21 @@ def save(directory: Path, s, state: dict, final: bool, profile_dir: Path | None)
                 "scaler": s.scaler.state_dict()}, directory / OPTIM)
     (directory / STATE).write_text(json.dumps(state))
     if final:
-        model = unwrap(s.model)
-        if hasattr(model, "merge_and_unload"):
-            # LoRA: fold the adapters into the base weights (W + alpha/r x BA), so the export is
-            # a plain transformers model that loads without peft. In place, without a copy (a
-            # 7B model would need another 14 GB): this is the run's last step, model.pt above
-            # keeps the adapters for a resume.
-            model = model.merge_and_unload()
-        model.save_pretrained(directory / HF_MODEL, safe_serialization=True)
+        # In place (see save_hf): this is the run's last step, model.pt above keeps the adapters
+        # for a resume.
+        save_hf(unwrap(s.model), directory / HF_MODEL)
         if profile_dir and any(profile_dir.iterdir()):
             shutil.copytree(profile_dir, directory / PROFILE)
+
+
+def save_hf(model, directory: Path) -> None:
+    """`model` (unwrapped) as a Hugging Face model directory. LoRA: the adapters are folded into
+    the base weights (W + alpha/r x BA), so the export is a plain transformers model that loads
+    without peft; in place, without a copy (a 7B model would need another 14 GB), so `model` is
+    merged afterwards."""
+    if hasattr(model, "merge_and_unload"):
+        model = model.merge_and_unload()
+    model.save_pretrained(directory, safe_serialization=True)
 
 
 def load(directory: Path, s) -> dict:

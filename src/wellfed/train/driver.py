@@ -7,24 +7,46 @@ cleanup).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from wellfed import privacy, tasks, tracking
 from wellfed.cli import Interrupted, StageError
 from wellfed.data import staging
 from wellfed.data.shards import TokenFile
 from wellfed.config import DataConfig, ModelConfig, RayConfig, TrainConfig
-from wellfed.train import checkpoint, preemption, runs
+from wellfed.train import checkpoint, preemption, runs, selection
+
+if TYPE_CHECKING:
+    from ray.train import Checkpoint
+
+    from wellfed.train.loop import TrainJob
 
 log = logging.getLogger(__name__)
 
 
 class TrainingFailed(StageError):
     """Training stopped on the workers; the message is the workers' own, in one line."""
+
+
+@dataclass(frozen=True)
+class Trained:
+    """What `fit` hands the stage: the checkpoint to export and the run's last one."""
+
+    chosen: Checkpoint
+    """The checkpoint that becomes data/model (train.select)."""
+    last: Checkpoint
+    """The run's final checkpoint: its state holds the whole history."""
+    best: dict
+    """The best validation record (train/selection.py): metric, step, value, rank, since."""
+    job: TrainJob | None
+    """The run's job, to rebuild the model when `chosen` holds model.pt only."""
 
 
 def worker_failure(err: Exception) -> TrainingFailed:
@@ -224,7 +246,7 @@ def run_trainer(loop_config: dict, ray_cfg: RayConfig, use_gpu: bool, run: runs.
         run_config=ray.train.RunConfig(
             name=run.name, storage_path=run.storage_uri,
             failure_config=ray.train.FailureConfig(max_failures=ray_cfg.max_failures),
-            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2),
+            checkpoint_config=checkpoint_config(loop_config["job"].train.select),
             callbacks=[MlflowCallback(uri, run_id, str(backlog))],
             logging_config=ray.train.LoggingConfig(log_level="WARNING")),
     )
@@ -242,9 +264,71 @@ def run_trainer(loop_config: dict, ray_cfg: RayConfig, use_gpu: bool, run: runs.
             raise
 
 
-def finish(result, run: runs.Run, uri: str, run_id: str, backlog: Path) -> None:
+def checkpoint_config(select: str):
+    """Which checkpoints Ray keeps: the latest (to resume) and, with select: best, the best.
+
+    best: Ray 2.60 ranks checkpoints by the reported `select_rank` (the k-th new best has rank
+    k, any other checkpoint 0; train/selection.py), keeps the top `num_to_keep` = 1 and never
+    deletes the latest registered one (checkpoint_manager.py: `worst_results -
+    {self._latest_checkpoint_result}`), so at most 2 stay: the best and the latest, the one a
+    resume starts from. The rank is an integer decided by the loop: Ray never compares the
+    floats itself (a tie would keep the later checkpoint; NaN sorts below -inf) and nothing
+    non-finite goes into its JSON snapshot. tests/train/test_selection.py pins the
+    latest-is-kept behaviour. last: the two most recent, as before."""
+    import ray.train
+
+    if select == "best":
+        return ray.train.CheckpointConfig(num_to_keep=1,
+                                          checkpoint_score_attribute=selection.RANK_KEY,
+                                          checkpoint_score_order="max")
+    return ray.train.CheckpointConfig(num_to_keep=2)
+
+
+def stored_state(ckpt) -> dict:
+    """A Ray checkpoint's train_state.json, read in place (shared storage: no download of the
+    weights)."""
+    with ckpt.filesystem.open_input_stream(f"{ckpt.path}/{checkpoint.STATE}") as f:
+        return json.loads(f.read())
+
+
+def choose(result, job) -> Trained:
+    """The checkpoint `train.select` names: the last, or the one at the best step (the loop's
+    record in the last state decides; Ray only kept it)."""
+    last = result.checkpoint
+    state = stored_state(last)
+    best = state.get("best") or selection.fresh(selection.resolve(job.train.select_metric,
+                                                                  job.task))
+    if job.train.select == "last" or best["step"] in (0, state["step"]):
+        return Trained(last, last, best, job)
+    for ckpt, _ in result.best_checkpoints:
+        if stored_state(ckpt)["step"] == best["step"]:
+            return Trained(ckpt, last, best, job)
+    print(f"[wellfed] WARNING: no checkpoint of the best step {best['step']} is left; exporting "
+          f"the last one (step {state['step']})", flush=True)
+    return Trained(last, last, best, job)
+
+
+def announce(trained: Trained, uri: str, run_id: str) -> None:
+    """Say which step became the model and log the best validation to MLflow: `best/step` and
+    `best/<metric>` (e.g. best/val/macro_f1)."""
+    best, step = trained.best, stored_state(trained.chosen)["step"]
+    total = stored_state(trained.last)["step"]
+    if best["value"] is None:
+        print(f"[wellfed] model: step {step} of {total}, the last (no validation gave a finite "
+              f"{best['metric']})", flush=True)
+        return
+    tracking.log_metrics(uri, run_id, {"best/step": best["step"],
+                                       f"best/{best['metric']}": best["value"]})
+    found = f"{best['metric']} {best['value']:.4f}"
+    print(f"[wellfed] model: step {step} of {total}, " +
+          (f"the best {found} (train.select: {trained.job.train.select})" if step == best["step"]
+           else f"the last (train.select: last); the best was {found} at step {best['step']}"),
+          flush=True)
+
+
+def finish(result, run: runs.Run, uri: str, run_id: str, backlog: Path, keep: str) -> None:
     """After training: a final checkpoint must exist, held-back metrics are logged, superseded
-    and orphaned checkpoints go."""
+    and orphaned checkpoints go (the last and `keep`, the one to export, stay)."""
     from wellfed.train.callback import flush_backlog
 
     if result.checkpoint is None:
@@ -256,7 +340,7 @@ def finish(result, run: runs.Run, uri: str, run_id: str, backlog: Path) -> None:
         raise StageError(f"MLflow at {uri} is still unreachable ({err}); training finished and "
                          f"its metrics wait in {backlog}: rerun `dvc repro` once the tracking "
                          "server is back to log them and finish the stage") from None
-    removed = runs.remove_orphans(run.storage_uri, run.name, result.checkpoint.path)
+    removed = runs.remove_orphans(run.storage_uri, run.name, result.checkpoint.path, keep)
     if removed:
         print(f"[wellfed] removed {removed} superseded or orphaned checkpoint dir(s)", flush=True)
 
@@ -264,8 +348,8 @@ def finish(result, run: runs.Run, uri: str, run_id: str, backlog: Path) -> None:
 def fit(*, tokens_dir: Path, model_source: str, labels: list[str], pad_id: int, task: str,
         model_cfg: ModelConfig, train_cfg: TrainConfig, data_cfg: DataConfig, ray_cfg: RayConfig,
         storage: Path, uri: str, experiment: str, params: dict,
-        tags: dict) -> tuple[object, str, dict]:
-    """Run training on Ray; return (final checkpoint, MLflow run id, run info)."""
+        tags: dict) -> tuple[Trained, str, dict]:
+    """Run training on Ray; return (the checkpoints to export, MLflow run id, run info)."""
     local_token_auth(ray_cfg)
     import ray
 
@@ -279,6 +363,7 @@ def fit(*, tokens_dir: Path, model_source: str, labels: list[str], pad_id: int, 
     # Before Ray starts: a class weight naming no label is a params mistake, said in one line.
     tasks.loss_weights(task, train_cfg.class_weights,
                        TokenFile(tokens_dir / "train.arrow").labels, list(labels))
+    selection.resolve(train_cfg.select_metric, task)  # a figure this task has, in one line
     loop_config = {"job": job, "threads": ray_cfg.cpus_per_worker}
     with preemption.daemons_apart():  # so that a signal to dvc's process group spares them
         connect(ray_cfg)
@@ -305,21 +390,43 @@ def fit(*, tokens_dir: Path, model_source: str, labels: list[str], pad_id: int, 
                               f"run {run.name} from there, into the same MLflow run") from None
     finally:
         ray.shutdown()
-    finish(result, run, uri, run_id, backlog)
-    return result.checkpoint, run_id, run.info()
+    trained = choose(result, job)
+    finish(result, run, uri, run_id, backlog, trained.chosen.path)
+    announce(trained, uri, run_id)
+    return trained, run_id, run.info()
 
 
-def export_model(final, tokens_dir: Path, model_out: Path, uri: str, run_id: str) -> list[dict]:
-    """Final checkpoint -> HF model directory (weights + tokenizer + label names); return the
-    per-step history. A profiler trace in the checkpoint goes to MLflow under `profile/`."""
+def write_hf(ckpt: Path, job, out: Path) -> None:
+    """A checkpoint without hf_model/ (not the final one) -> HF model directory: the model is
+    rebuilt as the workers built it and given the checkpoint's weights (on this CPU, fp32)."""
+    import torch
+
+    from wellfed.model import load_model
+
+    model = load_model(job.model, job.model_source, list(job.labels), job.pad_id, task=job.task)
+    model.load_state_dict(torch.load(ckpt / checkpoint.MODEL, map_location="cpu",
+                                     weights_only=True))
+    checkpoint.save_hf(model, out)
+
+
+def export_model(trained, tokens_dir: Path, model_out: Path, uri: str, run_id: str) -> list[dict]:
+    """The chosen checkpoint -> HF model directory (weights + tokenizer + label names); return
+    the per-step history (the last checkpoint's). `trained` is `fit`'s Trained, or one final
+    ray.train.Checkpoint. A profiler trace in the last checkpoint goes to MLflow under
+    `profile/`."""
     from wellfed.outputs import atomic_path
 
-    with final.as_directory() as ckpt:
+    if not isinstance(trained, Trained):
+        trained = Trained(trained, trained, {}, None)
+    with trained.chosen.as_directory() as chosen, atomic_path(model_out, is_dir=True) as tmp:
+        if (Path(chosen) / checkpoint.HF_MODEL).is_dir():
+            shutil.copytree(Path(chosen) / checkpoint.HF_MODEL, tmp, dirs_exist_ok=True)
+        else:
+            write_hf(Path(chosen), trained.job, tmp)
+        shutil.copytree(tokens_dir / "tokenizer", tmp, dirs_exist_ok=True)
+    with trained.last.as_directory() as ckpt:
         ckpt = Path(ckpt)
         state = checkpoint.read_state(ckpt)
-        with atomic_path(model_out, is_dir=True) as tmp:
-            shutil.copytree(ckpt / checkpoint.HF_MODEL, tmp, dirs_exist_ok=True)
-            shutil.copytree(tokens_dir / "tokenizer", tmp, dirs_exist_ok=True)
         if (ckpt / checkpoint.PROFILE).is_dir():
             tracking.log_artifacts(uri, run_id, ckpt / checkpoint.PROFILE, checkpoint.PROFILE)
             print(f"[wellfed] profiler trace + top operators logged to MLflow run {run_id} "
@@ -327,13 +434,16 @@ def export_model(final, tokens_dir: Path, model_out: Path, uri: str, run_id: str
     return state["history"]
 
 
-def summarize(history: list[dict], seconds: float, figures) -> dict:
+def summarize(history: list[dict], seconds: float, figures, best: dict | None = None) -> dict:
     """The train stage's headline figures, under the names MLflow shows them by: the last
-    validation (`val/*`, whose latest MLflow value is the same number), the stage's training
-    wall time and rows, and the run's means over report intervals from the diagnosis
-    `figures` (a `RunFigures`). Aggregations: README, "The pipeline"."""
+    validation (`val/*`, whose latest MLflow value is the same number), the step of the best
+    one (`train/best_step`, from the `best` record), the stage's training wall time and rows,
+    and the run's means over report intervals from the diagnosis `figures` (a `RunFigures`).
+    Aggregations: README, "The pipeline"."""
     evals = [h for h in history if "val/loss" in h]
     out = {k: v for k, v in evals[-1].items() if k.startswith("val/")} if evals else {}
+    if best and best.get("step"):
+        out["train/best_step"] = best["step"]
     return {**out, "train/seconds": round(seconds, 1),
             "train/rows": int(sum(h["rows"] for h in history)),
             "train/real_tokens_per_s": figures.real_tokens_per_s,

@@ -30,7 +30,7 @@ from wellfed.model import load_model
 from wellfed.telemetry.gpu import DeviceSampler
 from wellfed.telemetry.meter import StepMeter
 from wellfed.telemetry.peak import device_peak
-from wellfed.train import checkpoint
+from wellfed.train import checkpoint, selection
 from wellfed.train.checkpoint import unwrap
 
 Report = Callable[[dict, "Path | None"], None]
@@ -278,12 +278,15 @@ def check_finite(bad: int, pending: list[dict], max_bad_steps: int) -> int:
 
 def train(job: TrainJob, place: Place, report: Report, *, resume: Path | None = None,
           wrap: Callable = lambda model: model, stop: Callable[[], bool] | None = None) -> dict:
-    """Train `job` on `place.device`; return the final training state (step, history, ...).
+    """Train `job` on `place.device`; return the final training state (step, history, best...).
 
     `wrap` turns the model into its distributed form (Ray: prepare_model -> DDP); `resume` is a
     checkpoint directory to continue from; `stop()` asks, once per step, to checkpoint and stop
-    early (a preemption signal; it must answer the same on every rank)."""
+    early (a preemption signal; it must answer the same on every rank). A validation that beats
+    the best so far (train.select_metric) is checkpointed when train.select is best; after
+    train.early_stopping_patience validations without one the run checkpoints and ends."""
     cfg, device = job.train, place.device
+    patience = cfg.early_stopping_patience
     train_data = TokenFile(job.tokens_dir / "train.arrow")
     val_data = TokenFile(job.tokens_dir / "validation.arrow")
     torch.manual_seed(cfg.seed)  # identical head init on every rank
@@ -291,9 +294,10 @@ def train(job: TrainJob, place: Place, report: Report, *, resume: Path | None = 
                             announce=place.rank == 0, task=job.task).to(device))
     s = setup(cfg, model, len(train_data), device, place.world, job.task,
               tasks.loss_weights(job.task, cfg.class_weights, train_data.labels, list(job.labels)))
-    state = {"epoch": 0, "index": 0, "step": 0, "history": []}
-    if resume:
-        state = checkpoint.load(resume, s)
+    state = {"epoch": 0, "index": 0, "step": 0, "history": [],
+             "best": selection.fresh(selection.resolve(cfg.select_metric, job.task))}
+    if resume:  # a checkpoint from before best tracking has no record: start one
+        state = {"best": state["best"], **checkpoint.load(resume, s)}
         if place.rank == 0:
             print(f"[wellfed] resuming from step {state['step']} of {s.steps} "
                   f"(epoch {state['epoch']}, batch {state['index']})", flush=True)
@@ -315,8 +319,8 @@ def train(job: TrainJob, place: Place, report: Report, *, resume: Path | None = 
     with tempfile.TemporaryDirectory(prefix="wellfed-profile-") as traces, \
             profiler(cfg.profile_range(), state["step"], place, Path(traces)) as prof:
         for step, batches in fed:
-            if state["step"] >= s.steps:
-                break
+            if state["step"] >= s.steps or (patience and state["best"]["since"] >= patience):
+                break  # planned steps done, or a resume of a run that had stopped early
             values.append(train_step(s, step, batches, meter, train_data.lengths))
             if prof:
                 prof.step()
@@ -337,20 +341,28 @@ def train(job: TrainJob, place: Place, report: Report, *, resume: Path | None = 
             bad = check_finite(bad, pending, cfg.max_bad_steps)
             metrics = {**facts, "records": pending, **meter.interval(),
                        "telemetry": sampler.snapshot(), "sampler": sampler.kind}
-            if do_eval:
+            new_best = early = False
+            if do_eval:  # figures all-reduced: every rank takes the same decisions below
                 metrics["val"] = evaluate_split(s, val_data, place.rank, job.pad_id,
                                                 len(job.labels))
+                new_best = selection.observe(state["best"], metrics["val"], state["step"])
+                early = bool(patience) and not last and state["best"]["since"] >= patience
+                # A new best may become data/model, so it gets a checkpoint of its own.
+                do_ckpt = do_ckpt or early or (new_best and cfg.select == "best")
             state["history"] += pending[:-1] + [dict(pending[-1], **metrics.get("val", {}))]
             if do_ckpt:
+                metrics[selection.RANK_KEY] = state["best"]["rank"] if new_best else 0
                 with tempfile.TemporaryDirectory() as tmp:
                     if place.rank == 0:
-                        checkpoint.save(Path(tmp), s, state, last, Path(traces))
+                        checkpoint.save(Path(tmp), s, state, last or early, Path(traces))
                     report(metrics, Path(tmp) if place.rank == 0 else None)
             else:
                 report(metrics, None)
             pending, values = [], []
             meter.reset()
-            if stopping:
+            if early and place.rank == 0:
+                print(selection.stop_line(state["best"], state["step"]), flush=True)
+            if stopping or early:
                 break
     sampler.stop()
     return state

@@ -131,15 +131,16 @@ def write_run_file(storage_uri: str, name: str, run_id: str, complete: bool) -> 
         f.write(json.dumps({"mlflow_run_id": run_id, "complete": complete}).encode())
 
 
-def remove_orphans(storage_uri: str, name: str, keep: str) -> int:
+def remove_orphans(storage_uri: str, name: str, *keep: str) -> int:
     """Delete checkpoint directories Ray never registered (a worker died while writing them)
-    and superseded ones; keep only the final checkpoint. Returns how many were removed."""
+    and superseded ones; keep only the checkpoints `keep` (the final one, and the exported one
+    when that differs). Returns how many were removed."""
     fs, root = staging.filesystem(storage_uri)
-    keep = keep.rstrip("/").rsplit("/", 1)[-1]
+    kept = {path.rstrip("/").rsplit("/", 1)[-1] for path in keep}
     removed = 0
     for info in fs.get_file_info(pafs.FileSelector(f"{root}/{name}", allow_not_found=True)):
         if info.type == pafs.FileType.Directory and info.base_name.startswith("checkpoint_") \
-                and info.base_name != keep:
+                and info.base_name not in kept:
             fs.delete_dir(info.path)
             removed += 1
     return removed

@@ -1,0 +1,272 @@
+"""Best checkpoint and early stopping, in-process with the tiny model: a planted validation curve
+(the loop's `evaluate_split` replaced by a script), checkpoints persisted and pruned by Ray's own
+checkpoint manager with the driver's CheckpointConfig, then chosen and exported by the driver."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from wellfed.config import DataConfig, ModelConfig, TrainConfig, load_section
+from wellfed.data.shards import TokenBatch, write_token_file
+from wellfed.train import checkpoint, driver, loop, selection
+from wellfed.train.loop import Place, TrainJob, train
+
+CPU = Place(torch.device("cpu"))
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory, tiny_model_dir) -> TrainJob:
+    """16 steps per epoch (256 rows / 16), validated every 4 steps, no periodic checkpoints:
+    every checkpoint but the last is there because its validation was a new best."""
+    tokens = tmp_path_factory.mktemp("tokens")
+    rng = np.random.default_rng(0)
+    for split, rows in (("train", 256), ("validation", 32)):
+        seqs = [rng.integers(1000, 2000, size=rng.integers(4, 12)).astype(np.int32)
+                for _ in range(rows)]
+        write_token_file(tokens / f"{split}.arrow", [TokenBatch(
+            np.concatenate(seqs), np.array([len(s) for s in seqs], np.int32),
+            rng.integers(0, 2, rows), np.arange(rows))])
+    shutil.copytree(tiny_model_dir, tokens / "tokenizer",
+                    ignore=shutil.ignore_patterns("config.json"))  # as the tokenize stage leaves it
+    cfg = TrainConfig(epochs=1, lr=3e-3, global_batch_size=16, micro_batch_size=16, eval_every=4,
+                      report_every=4, checkpoint_every=0, precision="fp32", seed=0,
+                      warmup_ratio=0.0)
+    return TrainJob(train=cfg, data=DataConfig(), model=ModelConfig(init="random"),
+                    tokens_dir=tokens, model_source=str(tiny_model_dir), labels=("neg", "pos"),
+                    pad_id=0)
+
+
+def with_train(job: TrainJob, **changes) -> TrainJob:
+    return dataclasses.replace(job, train=dataclasses.replace(job.train, **changes))
+
+
+def plant(monkeypatch, curve: list[float], key: str = "val/macro_f1") -> list[int]:
+    """Validation returns `curve` in order (for `key`; the other figures fixed); returns the
+    list of steps it was called at, filled as training runs."""
+    figures, calls = iter(curve), []
+
+    def evaluate_split(s, data, rank, pad_id, k):
+        calls.append(s.scheduler.last_epoch)  # one scheduler step per optimizer step
+        return {"val/loss": 0.5, "val/accuracy": 0.5, "val/macro_f1": 0.5, key: next(figures)}
+
+    monkeypatch.setattr(loop, "evaluate_split", evaluate_split)
+    return calls
+
+
+class RayStorage:
+    """A report sink that persists checkpoints as Ray Train does: into the run's storage folder,
+    registered with Ray's own CheckpointManager under the driver's CheckpointConfig (which prunes
+    them). Also keeps every checkpoint's weights by step, whatever Ray keeps."""
+
+    def __init__(self, root: Path, select: str):
+        from ray.train.v2._internal.execution.checkpoint.checkpoint_manager import \
+            CheckpointManager
+        from ray.train.v2._internal.execution.context import StorageContext
+
+        self.root, self.weights = root, {}
+        self.storage = StorageContext(str(root), "run")
+        # Built anew per run, as after a restart: it reloads the snapshot an earlier run left.
+        self.manager = CheckpointManager(driver.checkpoint_config(select), self.storage)
+
+    def __call__(self, metrics: dict, directory: Path | None) -> None:
+        from ray.train import Checkpoint
+        from ray.train.v2._internal.execution.training_report import _TrainingReport
+
+        if directory is None:
+            return
+        step = metrics["records"][-1]["step"]
+        self.weights[step] = torch.load(directory / checkpoint.MODEL, weights_only=True)
+        persisted = self.storage.persist_current_checkpoint(
+            Checkpoint.from_directory(str(directory)), f"checkpoint_{step:06d}")
+        self.manager.register_checkpoint(_TrainingReport(persisted, metrics, False))
+
+    def kept(self) -> list[int]:
+        return sorted(int(p.name.split("_")[1]) for p in (self.root / "run").iterdir()
+                      if p.name.startswith("checkpoint_0"))
+
+    def result(self):
+        """What TorchTrainer.fit returns, as far as the driver reads it."""
+        return SimpleNamespace(checkpoint=self.manager.latest_checkpoint_result.checkpoint,
+                               best_checkpoints=[(r.checkpoint, r.metrics) for r in
+                                                 self.manager.best_checkpoint_results])
+
+
+def run(job: TrainJob, sink, **kwargs) -> dict:
+    """`train` inside an event loop: Ray's checkpoint manager notifies listeners through it."""
+    async def main():
+        return train(job, CPU, sink, **kwargs)
+
+    return asyncio.run(main())
+
+
+def exported_weights(model_dir: Path) -> dict:
+    from transformers import AutoModelForSequenceClassification
+
+    return AutoModelForSequenceClassification.from_pretrained(model_dir).state_dict()
+
+
+def same(a: dict, b: dict) -> bool:
+    assert len(a) > 10 and a.keys() == b.keys()
+    return all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_best_is_checkpointed_kept_by_ray_and_exported(job, tmp_path, monkeypatch, capsys):
+    evals = plant(monkeypatch, [0.5, 0.8, 0.6, 0.7])
+    sink = RayStorage(tmp_path, "best")
+    state = run(job, sink)
+    assert evals == [4, 8, 12, 16] and state["step"] == 16
+    assert sorted(sink.weights) == [4, 8, 16]  # new bests at 4 and 8, and the final step
+    assert state["best"] == {"metric": "val/macro_f1", "step": 8, "value": 0.8, "rank": 2,
+                             "since": 2}
+    assert sink.kept() == [8, 16]  # Ray pruned step 4: the best and the latest stay
+    trained = driver.choose(sink.result(), job)
+    assert driver.stored_state(trained.chosen)["step"] == 8
+    assert driver.stored_state(trained.last)["step"] == 16
+    assert not (Path(trained.chosen.path) / checkpoint.HF_MODEL).exists()  # rebuilt from model.pt
+    history = driver.export_model(trained, job.tokens_dir, tmp_path / "model", "", "")
+    assert [h["step"] for h in history] == list(range(1, 17))  # the whole run's, not step 8's
+    weights = exported_weights(tmp_path / "model")
+    assert same(weights, sink.weights[8]) and not same(weights, sink.weights[16])
+    assert (tmp_path / "model" / "tokenizer.json").is_file()
+    assert driver.summarize(history, 1.0, SimpleNamespace(
+        real_tokens_per_s=1, padding_efficiency=1, input_wait_share=0, mfu=0),
+        trained.best)["train/best_step"] == 8
+
+
+def test_select_last_exports_the_final_step_as_before(job, tmp_path, monkeypatch):
+    plant(monkeypatch, [0.5, 0.8, 0.6, 0.7])
+    last = with_train(job, select="last")
+    sink = RayStorage(tmp_path, "last")
+    state = run(last, sink)
+    assert sorted(sink.weights) == [16] and state["best"]["step"] == 8  # still recorded
+    trained = driver.choose(sink.result(), last)
+    assert trained.chosen == trained.last
+    driver.export_model(trained, job.tokens_dir, tmp_path / "model", "", "")
+    assert same(exported_weights(tmp_path / "model"), sink.weights[16])
+
+
+def test_val_loss_selects_the_minimum(job, tmp_path, monkeypatch):
+    plant(monkeypatch, [0.9, 0.7, 0.8, 0.75], key="val/loss")
+    by_loss = with_train(job, select_metric="val/loss")
+    sink = RayStorage(tmp_path, "best")
+    state = run(by_loss, sink)
+    assert (state["best"]["metric"], state["best"]["step"], state["best"]["value"]) == \
+        ("val/loss", 8, 0.7)
+    assert driver.stored_state(driver.choose(sink.result(), by_loss).chosen)["step"] == 8
+
+
+def test_early_stop_after_patience_flat_validations(job, tmp_path, monkeypatch, capsys):
+    # Validations at 4, 8, 12, 16, ...: a tie (12) is no improvement; 2 in a row stop the run.
+    plant(monkeypatch, [0.5, 0.6, 0.6, 0.55, 0.9])
+    patient = with_train(job, epochs=3, early_stopping_patience=2)
+    sink = RayStorage(tmp_path, "best")
+    state = run(patient, sink)
+    assert state["step"] == 16 and [h["step"] for h in state["history"]] == list(range(1, 17))
+    assert sorted(sink.weights) == [4, 8, 16] and sink.kept() == [8, 16]
+    assert (tmp_path / "run" / "checkpoint_000016" / checkpoint.HF_MODEL).is_dir()  # an end
+    out = capsys.readouterr().out
+    assert ("[wellfed] early stop at step 16: val/macro_f1 has not improved on 0.6000 (step 8) "
+            "for 2 validations") in out.splitlines()
+    trained = driver.choose(sink.result(), patient)
+    assert driver.stored_state(trained.chosen)["step"] == 8
+    # A resume of the early-stopped run (a signal raced the stop) trains no further.
+    again = run(patient, lambda metrics, directory: pytest.fail("reported"),
+                resume=Path(trained.last.path))
+    assert again["step"] == 16
+
+
+def test_a_resume_keeps_the_best_so_far(job, tmp_path, monkeypatch):
+    plant(monkeypatch, [0.5, 0.8, 0.6, 0.7, 0.65, 0.75, 0.7])
+    longer = with_train(job, epochs=2)  # 32 steps, validations every 4
+    first = RayStorage(tmp_path, "best")
+    stops = iter([False] * 11 + [True])  # preempted after step 12: no validation there
+    state = run(longer, first, stop=lambda: next(stops))
+    assert state["step"] == 12 and state["best"]["step"] == 8 and first.kept() == [8, 12]
+    second = RayStorage(tmp_path, "best")  # Ray restarted: the manager reloads its snapshot
+    resumed = run(longer, second, resume=Path(second.result().checkpoint.path))
+    assert resumed["step"] == 32
+    assert (resumed["best"]["step"], resumed["best"]["value"], resumed["best"]["rank"]) == \
+        (8, 0.8, 2)
+    assert second.kept() == [8, 32]
+    trained = driver.choose(second.result(), longer)
+    assert driver.stored_state(trained.chosen)["step"] == 8
+    driver.export_model(trained, job.tokens_dir, tmp_path / "model", "", "")
+    assert same(exported_weights(tmp_path / "model"), first.weights[8])
+
+
+def test_select_metric_must_be_a_figure_of_the_task():
+    with pytest.raises(ValueError) as err:
+        selection.resolve("val/accuracy", "regression")
+    assert str(err.value) == ("train.select_metric 'val/accuracy' is not a validation figure of "
+                              "this regression task (data/tokens/meta.json); use auto "
+                              "(val/pearson) or one of val/loss, val/mse, val/pearson")
+    assert selection.resolve("auto", "single_label") == "val/macro_f1"
+    assert selection.resolve("auto", "multi_label") == "val/macro_f1"
+    assert selection.resolve("val/subset_accuracy", "multi_label") == "val/subset_accuracy"
+    with pytest.raises(ValueError, match=r"^invalid params: train.select_metric must be auto or "
+                                         r"a validation figure like val/macro_f1 or val/loss; "
+                                         r"got 'macro_f1'$"):
+        load_section({"train": {"select_metric": "macro_f1"}}, "train")
+    with pytest.raises(ValueError, match="train.early_stopping_patience needs periodic "
+                                         "validations; set train.eval_every > 0"):
+        load_section({"train": {"early_stopping_patience": 3, "eval_every": 0}}, "train")
+    with pytest.raises(ValueError, match="train.select must be one of"):
+        load_section({"train": {"select": "first"}}, "train")
+
+
+def test_fit_refuses_a_wrong_select_metric_before_ray_starts(job, tmp_path, monkeypatch):
+    from wellfed.config import RayConfig
+
+    monkeypatch.setattr(driver, "local_token_auth", lambda cfg: None)  # no env side effect
+    monkeypatch.setattr(driver, "connect", lambda cfg: pytest.fail("Ray was started"))
+    with pytest.raises(ValueError, match="not a validation figure of this single_label task"):
+        driver.fit(tokens_dir=job.tokens_dir, model_source=job.model_source, labels=["a", "b"],
+                   pad_id=0, task="single_label", model_cfg=job.model,
+                   train_cfg=dataclasses.replace(job.train, select_metric="val/pearson"),
+                   data_cfg=job.data, ray_cfg=RayConfig(), storage=tmp_path, uri="",
+                   experiment="x", params={}, tags={})
+
+
+def test_improvement_is_strict_and_never_non_finite():
+    best = selection.fresh("val/loss")
+    assert not selection.observe(best, {"val/loss": float("nan")}, 2)
+    assert selection.observe(best, {"val/loss": 0.5}, 4) and best["rank"] == 1
+    assert not selection.observe(best, {"val/loss": 0.5}, 6)  # a tie keeps the earlier step
+    assert not selection.observe(best, {"val/loss": float("-inf")}, 8)
+    assert best == {"metric": "val/loss", "step": 4, "value": 0.5, "rank": 1, "since": 2}
+
+
+def test_the_chosen_step_is_printed_and_logged_to_mlflow(job, tmp_path, capsys):
+    import json
+
+    import mlflow
+    from ray.train import Checkpoint
+
+    from wellfed import tracking
+
+    def stored(step: int) -> Checkpoint:
+        (tmp_path / str(step)).mkdir()
+        (tmp_path / str(step) / checkpoint.STATE).write_text(json.dumps({"step": step}))
+        return Checkpoint.from_directory(str(tmp_path / str(step)))
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run_id = tracking.start_run(uri, "best", "r")
+    best = {"metric": "val/macro_f1", "step": 40, "value": 0.8123, "rank": 3, "since": 2}
+    at_40, at_96 = stored(40), stored(96)
+    driver.announce(driver.Trained(at_40, at_96, best, job), uri, run_id)
+    logged = mlflow.MlflowClient(uri).get_run(run_id).data.metrics
+    assert logged == {"best/step": 40, "best/val/macro_f1": 0.8123}
+    assert capsys.readouterr().out == ("[wellfed] model: step 40 of 96, the best val/macro_f1 "
+                                       "0.8123 (train.select: best)\n")
+    last = with_train(job, select="last")
+    driver.announce(driver.Trained(at_96, at_96, best, last), uri, run_id)
+    assert capsys.readouterr().out == ("[wellfed] model: step 96 of 96, the last (train.select: "
+                                       "last); the best was val/macro_f1 0.8123 at step 40\n")
