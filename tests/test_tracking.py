@@ -31,6 +31,10 @@ def test_tracking_uri_is_absolute_by_default(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("DVC_ROOT", raising=False)
     assert tracking.tracking_uri("", tmp_path) == f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
+    # A queued dvc experiment runs in <project>/.dvc/tmp/exps/<name>: the project's store.
+    monkeypatch.setenv("DVC_ROOT", str(tmp_path / ".dvc" / "tmp" / "exps" / "tmpa1b2"))
+    assert tracking.tracking_uri("", tmp_path / "elsewhere") == \
+        f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5000")
     assert tracking.tracking_uri("", tmp_path) == "http://127.0.0.1:5000"
 

@@ -29,6 +29,13 @@ def tracking_uri(configured: str, project_root: str | Path) -> str:
     if uri:
         return uri
     root = Path(os.environ.get("DVC_ROOT") or project_root).resolve()
+    # A queued `dvc exp run` runs in a temporary copy at <project>/.dvc/tmp/exps/<name>, without
+    # git-ignored files: its store would vanish with the copy, so it is the project's store.
+    parts = root.parts
+    for i in range(len(parts) - 2):
+        if parts[i:i + 3] == (".dvc", "tmp", "exps"):
+            root = Path(*parts[:i])
+            break
     return f"sqlite:///{root / 'mlflow.db'}"
 
 

@@ -52,7 +52,8 @@ def test_metrics_and_predictions(project):
     assert 0 <= metrics["accuracy"] <= 1 and 0 <= metrics["macro_f1"] <= 1
     assert set(metrics["per_class"]) == {"negative", "neutral", "positive"}
     headline = json.loads((dest / "data/eval/metrics.json").read_text())
-    assert headline == {"eval/accuracy": metrics["accuracy"], "eval/macro_f1": metrics["macro_f1"]}
+    assert headline == {"eval/accuracy": metrics["accuracy"], "eval/macro_f1": metrics["macro_f1"],
+                        "eval/ece": metrics["ece"]}
     preds = pd.read_parquet(dest / "data/eval/predictions.parquet")
     assert preds["row_id"].tolist() == list(range(150))  # original file order
     gold = pd.read_csv(dest / "data/raw/test.tsv", sep="\t")["label"].tolist()
