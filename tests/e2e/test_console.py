@@ -17,7 +17,7 @@ from tests.e2e.pipeline import make_project, mlflow_runs, run
 
 pytestmark = pytest.mark.e2e
 
-HEADLINE = {"eval/accuracy", "eval/macro_f1", "eval/ece", "val/loss", "val/accuracy",
+HEADLINE = {"eval/accuracy", "eval/macro_f1", "eval/ece", "val/loss", "val/accuracy", "val/macro_f1",
             "train/seconds", "train/rows", "train/best_step", "train/real_tokens_per_s",
             "train/padding_efficiency", "train/input_wait_share", "train/mfu"}
 # Lines from Ray's and MLflow's own loggers, as each formats them.
