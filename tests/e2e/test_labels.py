@@ -56,7 +56,7 @@ def test_the_eval_report_is_keyed_by_safe_keys_with_the_label_beside(project):
         "card_lost": "card/lost", "naïve_café": "naïve café", "refund": "refund?"}
     shown = json.loads(run(["dvc", "metrics", "show", "--json"], dest).stdout)
     headline = shown[""]["data"]["data/eval/metrics.json"]["data"]
-    assert sorted(headline) == ["eval/accuracy", "eval/macro_f1"]  # per-class stays in the report
+    assert sorted(headline) == ["eval/accuracy", "eval/ece", "eval/macro_f1"]  # per-class: report
     run(["dvc", "plots", "show", "-o", "plots_html"], dest)  # the confusion template, label text
     assert (dest / "plots_html" / "index.html").is_file()
 
@@ -66,9 +66,9 @@ def test_mlflow_has_one_flat_key_per_class_and_figure_and_the_mapping(project):
     client, runs = mlflow_runs(dest)
     assert len(runs) == 1
     logged = {k for k in runs[0].data.metrics if k.startswith("eval/")}
-    assert logged == {"eval/accuracy", "eval/macro_f1"} | {
+    assert logged == {"eval/accuracy", "eval/macro_f1", "eval/ece"} | {
         f"eval/{key}/{m}" for key in KEYS.values() for m in ("precision", "recall", "f1")}
-    assert len(logged) == 11
+    assert len(logged) == 12
     local = client.download_artifacts(runs[0].info.run_id, "eval/label_keys.json", str(dest))
     mapping = json.loads(open(local, encoding="utf-8").read())
     assert mapping == {key: label for label, key in sorted(KEYS.items())}
