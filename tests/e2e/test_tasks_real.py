@@ -58,16 +58,16 @@ PIPELINE = {"model": {"name": "default", "init": "pretrained"},
 @pytest.mark.skipif(not SICK.is_file(), reason=f"SICK not found at {SICK}")
 def test_sick_sentence_pairs_entailment(tmp_path):
     """Premise/hypothesis pairs, 3-way NLI. Anchor: bert-base-cased (110M, 3 epochs) 85.45 on
-    the 495 TRIAL pairs. MiniLM-L6 for 2 epochs on the 4,439 TRAIN pairs is a smaller model
-    trained for less: a floor of 0.75 on TEST rules out a pipeline that ignores the second
-    sentence (one sentence alone cannot tell entailment from contradiction: the majority
-    class, NEUTRAL, is 0.57)."""
+    the 495 TRIAL pairs. MiniLM-L6 for 1 epoch on the 4,439 TRAIN pairs is a smaller model
+    trained for less (2 epochs reached 0.844 on TRIAL here): a floor of 0.72 on TEST rules out
+    a pipeline that ignores the second sentence (one sentence alone cannot tell entailment
+    from contradiction: the majority class, NEUTRAL, is 0.57)."""
     with open(SICK, newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
     project = make_project(tmp_path, {**PIPELINE, "prepare": {
         "train": "train.tsv", "validation": "dev.tsv", "test": "test.tsv",
         "text_column": ["sentence_A", "sentence_B"], "label_column": "entailment_label"},
-        "train": {"epochs": 2, "lr": 1e-4, "global_batch_size": 32, "eval_every": 0,
+        "train": {"epochs": 1, "lr": 1e-4, "global_batch_size": 32, "eval_every": 0,
                   "report_every": 50, "checkpoint_every": 1000}}, raw_rows={})
     write_split_files(rows, lambda r: r["SemEval_set"], ["sentence_A", "sentence_B",
                                                          "entailment_label"],
@@ -80,7 +80,7 @@ def test_sick_sentence_pairs_entailment(tmp_path):
           f"{train['val/accuracy']:.4f}; train {train['train/seconds']:.0f} s; repro {seconds:.0f} s")
     assert prepared["task"] == "single_label" and prepared["pair"] == 1
     assert report["split"] == "test" and report["rows"] == 4906
-    assert report["accuracy"] >= 0.75
+    assert report["accuracy"] >= 0.72
 
 
 @pytest.mark.skipif(not (GOEMOTIONS / "train.tsv").is_file(),
