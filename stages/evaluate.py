@@ -47,9 +47,11 @@ def main(tokens_dir, model_dir, run_json, eval_dir):
             matrix = evaluation.confusion(pairs, shown)
             metrics["confusion_matrix"] = matrix.tolist()
             evaluation.plot_confusion(matrix, shown, tmp)
-    if "calibration" in metrics:  # can the scores be read as probabilities?
-        with atomic_path(out / "reliability.png") as tmp:
+    with atomic_path(out / "reliability.png") as tmp:  # can the scores be read as probabilities?
+        if "calibration" in metrics:
             evaluation.plot_reliability(metrics["calibration"], metrics["ece"], tmp)
+        else:
+            evaluation.plot_residuals(data.labels, outputs, names, tmp)
     write_json(out / "report.json", metrics)  # per-class scores, confusion matrix: the detail
     run = json.loads(Path(run_json).read_text())
     tracked = evaluation.tracked(metrics, task)

@@ -320,3 +320,23 @@ def plot_reliability(table: dict, ece: float, path) -> None:
     bottom.set_xlabel(f"confidence ({table['confidence']})")
     fig.savefig(path, format="png", bbox_inches="tight")
     plt.close(fig)
+
+
+def plot_residuals(gold: np.ndarray, values: np.ndarray, names: list[str], path) -> None:
+    """Regression's stand-in for the reliability plot (it has no probabilities to calibrate):
+    the residuals, predicted - gold, per target."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with matplotlib.rc_context({"text.parse_math": False}):
+        fig, axes = plt.subplots(1, len(names), figsize=(4 * len(names), 3.2), dpi=110,
+                                 squeeze=False)
+        for ax, g, v, name in zip(axes[0], gold.T, values.T, names):
+            ax.hist(v - g, bins=40)
+            ax.axvline(0, color="grey", lw=1)
+            ax.set_xlabel(f"predicted - gold ({tick_label(name)})")
+        fig.suptitle("residuals (regression: no probabilities to calibrate)")
+        fig.savefig(path, format="png", bbox_inches="tight")
+        plt.close(fig)
