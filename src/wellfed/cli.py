@@ -86,6 +86,19 @@ def bug_report(err: Exception, stage_name: str) -> str:
             f"report it ({kept})")
 
 
+class StderrHandler(logging.StreamHandler):
+    """Writes to whatever sys.stderr is when a line is logged, not when the handler was made
+    (a test harness swaps and closes it between commands run in one process)."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value):
+        pass
+
+
 def console() -> None:
     """The console is for people: wellfed's own lines at INFO, everyone else's at WARNING.
 
@@ -95,8 +108,10 @@ def console() -> None:
     """
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     ours = logging.getLogger("wellfed")
-    handler = logging.StreamHandler()
+    handler = StderrHandler()
     handler.setFormatter(logging.Formatter("[wellfed] %(message)s"))
+    for old in [h for h in ours.handlers if isinstance(h, StderrHandler)]:
+        ours.removeHandler(old)  # called again (a second command in one process): one line each
     ours.addHandler(handler)
     ours.setLevel(logging.INFO)
     ours.propagate = False
