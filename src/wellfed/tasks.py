@@ -13,7 +13,6 @@ into exact figures, not a mean of per-rank F1s.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np

@@ -290,11 +290,12 @@ def carve_validation(train: pd.DataFrame, fraction: float, seed: int, where: str
     return train[~in_val], train[in_val]
 
 
-def label_counts(frame: pd.DataFrame, names: list[str], task: str = "single_label") -> dict:
+def label_counts(frame: pd.DataFrame, names: list[str], task: str = "single_label",
+                 encoded=None) -> dict:
     """Rows per class (multi-label: rows holding each label); regression: each target's
-    mean, sd, min and max."""
+    mean, sd, min and max, from `encoded` (encode_labels' output for `frame`)."""
     if task == "regression":
-        values = np.stack(regression_targets(frame, names, "")) if len(frame) else np.zeros((0, len(names)))
+        values = np.stack(encoded) if len(frame) else np.zeros((0, len(names)))
         return {name: {"mean": round(float(v.mean()), 4), "sd": round(float(v.std()), 4),
                        "min": float(v.min()), "max": float(v.max())}
                 for name, v in zip(names, values.T)}
@@ -374,7 +375,7 @@ def prepare_splits(raw: dict[str, tuple[pd.DataFrame, str]], cfg: PrepareConfig)
             columns["text_pair"] = frame["text_pair"].to_numpy(object)
         columns["label"] = encode_labels(frame, names, wheres[split], task)
         out[split] = pd.DataFrame(columns)
-        reports[split].labels = label_counts(frame, names, task)
+        reports[split].labels = label_counts(frame, names, task, columns["label"])
     for split, rep in reports.items():
         n = rep.conflicts["texts"]
         if n and cfg.on_conflict == "keep":
