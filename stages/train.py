@@ -3,18 +3,22 @@
 usage: python stages/train.py TOKENS_DIR MODEL_DIR TRAIN_DIR CHECKPOINT_DIR
 """
 
-import json
-import sys
 import time
-from pathlib import Path
 
-from wellfed import evaluation, serving, tasks, tracking
-from wellfed.cli import one_line, stage
-from wellfed.config import SECTIONS, flatten, load_params
-from wellfed.data.shards import TokenFile
-from wellfed.outputs import atomic_path, write_json
-from wellfed.telemetry import diagnosis, plots
-from wellfed.train import driver, preemption, runs
+STARTED = time.time()  # before the imports below: they are part of the stage's fixed cost
+
+import json  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from wellfed import evaluation, serving, tasks, tracking  # noqa: E402
+from wellfed.cli import one_line, stage  # noqa: E402
+from wellfed.config import SECTIONS, flatten, load_params  # noqa: E402
+from wellfed.data.shards import TokenFile  # noqa: E402
+from wellfed.outputs import atomic_path, write_json  # noqa: E402
+from wellfed.telemetry import diagnosis, plots  # noqa: E402
+from wellfed.telemetry.phases import Phases, breakdown  # noqa: E402
+from wellfed.train import driver, preemption, runs  # noqa: E402
 
 
 @stage
@@ -26,53 +30,57 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir):
     tokens, out = Path(tokens_dir), Path(train_dir)
     meta = json.loads((tokens / "meta.json").read_text())
     uri = tracking.tracking_uri(mlflow_cfg.tracking_uri, Path.cwd())
-    started = time.time()
+    started, clock = time.time(), Phases({"imports + params": time.time() - STARTED})
     try:
         checkpoint, run_id, info = driver.fit(
             tokens_dir=tokens, model_source=meta["model_source"], labels=meta["labels"],
             pad_id=meta["pad_id"], task=meta.get("task", "single_label"), model_cfg=model_cfg, train_cfg=train_cfg, data_cfg=data_cfg,
             ray_cfg=ray_cfg, storage=Path(checkpoint_dir), uri=uri,
-            experiment=mlflow_cfg.experiment, params=params, tags=tracking.git_tags(Path.cwd()))
+            experiment=mlflow_cfg.experiment, params=params, tags=tracking.git_tags(Path.cwd()),
+            clock=clock)
     except preemption.Stopped as stop:  # SIGTERM (SLURM, spot) or Ctrl-C: one line, 128 + signal
         print(f"[wellfed] {stop}", file=sys.stderr, flush=True)
         sys.exit(stop.exit_code)
-    history = driver.export_model(checkpoint, tokens, Path(model_dir), uri, run_id)
+    with clock("export"):
+        history = driver.export_model(checkpoint, tokens, Path(model_dir), uri, run_id)
     task = meta.get("task", "single_label")
     model_info = {"task": task, "text_columns": meta.get("text_columns", ["text"]),
                   "threshold": tasks.VAL_THRESHOLD, "max_length": meta.get("max_length", 128)}
     if task == "multi_label" and train_cfg.threshold != "tune":
         model_info["threshold"] = float(train_cfg.threshold)
     elif task == "multi_label":
-        model_info["threshold"], f1, half = evaluation.threshold_on(
-            model_dir, TokenFile(tokens / "validation.arrow"), meta["pad_id"])
+        with clock("threshold"):
+            model_info["threshold"], f1, half = evaluation.threshold_on(
+                model_dir, TokenFile(tokens / "validation.arrow"), meta["pad_id"])
         print(f"[wellfed] multi-label threshold {model_info['threshold']:g}: validation macro-F1 "
               f"{f1:.4f} (at 0.5: {half:.4f})")
         tracking.log_metrics(uri, run_id, {"train/threshold": model_info["threshold"]})
     tasks.write_model_info(Path(model_dir), model_info)  # predict/serve read it beside config.json
     seconds = time.time() - started
-    driver.write_history(history, tracking.metric_table(uri, run_id, tracking.PERF_CURVE),
-                         out / "history")
-    with atomic_path(out / "plots", is_dir=True) as tmp:
-        plots.plot_history(out / "history", tmp)
-    tracking.log_artifacts(uri, run_id, out / "plots", "plots")
-
-    figures = diagnosis.figures_from_history(
-        tracking.metric_histories(uri, run_id, ("perf/", "worker")),
-        data_cfg.loader_workers, train_cfg.micro_batch_size)
-    text, diag = diagnosis.report(figures)
-    with atomic_path(out / "diagnosis.md") as tmp:
-        tmp.write_text(text, encoding="utf-8")
-    write_json(out / "diagnosis.json", diag)
-    tracking.log_text(uri, run_id, text, "diagnosis.md")
+    with clock("history + plots + diagnosis"):
+        driver.write_history(history, tracking.metric_table(uri, run_id, tracking.PERF_CURVE),
+                             out / "history")
+        with atomic_path(out / "plots", is_dir=True) as tmp:
+            plots.plot_history(out / "history", tmp)
+        tracking.log_artifacts(uri, run_id, out / "plots", "plots")
+        figures = diagnosis.figures_from_history(
+            tracking.metric_histories(uri, run_id, ("perf/", "worker")),
+            data_cfg.loader_workers, train_cfg.micro_batch_size)
+        text, diag = diagnosis.report(figures)
+        with atomic_path(out / "diagnosis.md") as tmp:
+            tmp.write_text(text, encoding="utf-8")
+        write_json(out / "diagnosis.json", diag)
+        tracking.log_text(uri, run_id, text, "diagnosis.md")
     print(text)
 
     metrics = driver.summarize(history, seconds, figures, checkpoint.best)
     write_json(out / "metrics.json", metrics)  # the DVC metrics: headline only, MLflow's names
     # val/* are already in the run, logged at their steps; the rest are the run's own figures.
     tracking.log_metrics(uri, run_id, {k: v for k, v in metrics.items() if k.startswith("train/")})
-    tracking.log_datasets(uri, run_id, tokens)
     try:  # a model MLflow could not take must not cost the training: data/model holds it
-        _, version = serving.log_model(uri, run_id, model_dir, mlflow_cfg.model_name())
+        with clock("mlflow model + registry"):
+            tracking.log_datasets(uri, run_id, tokens)
+            _, version = serving.log_model(uri, run_id, model_dir, mlflow_cfg.model_name())
         print(f"[wellfed] model registered: models:/{version.name}/{version.version}")
     except Exception as err:
         print(f"[wellfed] WARNING: the model was not logged to MLflow ({type(err).__name__}: "
@@ -80,9 +88,28 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir):
     write_json(out / "run.json", {"mlflow_run_id": run_id, "tracking_uri": uri,
                                   "ray_run": info["name"]})
     runs.mark_complete(info, run_id)
+    print(f"[wellfed] train stage {time_breakdown(clock, uri, run_id)}")
     shown = ", ".join(f"{k} {v:.4g}" if abs(v) < 1000 else f"{k} {v:.0f}"
                       for k, v in metrics.items())
     print(f"[wellfed] train done: {shown} (MLflow run {run_id})")
+
+
+def time_breakdown(clock: Phases, uri: str, run_id: str) -> str:
+    """The stage's wall time in parts: the driver's own phases, with "ray train" split into the
+    worker's parts (time/worker_*_s, logged with each report) and what Ray spent around them
+    (controller and worker start and stop, the last report). Logged as time/* too."""
+    import mlflow
+
+    latest = mlflow.MlflowClient(uri).get_run(run_id).data.metrics
+    worker = {k.removeprefix("time/worker_").removesuffix("_s"): v for k, v in latest.items()
+              if k.startswith("time/worker_")}
+    parts = {k: v for k, v in clock.seconds.items() if k != "ray train"}
+    parts.update(worker)
+    parts["ray train start/stop"] = max(clock.seconds.get("ray train", 0) - sum(worker.values()), 0)
+    total = time.time() - STARTED
+    tracking.log_metrics(uri, run_id, {"time/stage_s": total,
+                                       "time/fixed_s": total - worker.get("steps", 0.0)})
+    return breakdown(total, parts)
 
 
 if __name__ == "__main__":

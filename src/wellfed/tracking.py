@@ -213,6 +213,8 @@ def interval_metrics(reports: list[dict]) -> dict[str, float]:
     for key, values in per_worker.items():
         if len(values) == len(reports):
             spread(out, f"perf/{key}", values)
+    # Rank 0's cumulative seconds per part of the loop (it also writes the checkpoints).
+    out.update({f"time/worker_{k}_s": v for k, v in reports[0].get("timing", {}).items()})
     return out
 
 

@@ -71,6 +71,10 @@ def test_train_runs_in_process_learns_and_checkpoints(job, tmp_path):
     vals = [rep["val"] for rep in sink.reports if "val" in rep]
     assert len(vals) == 3 and vals[-1]["val/accuracy"] > 0.7
     assert sorted(sink.checkpoints) == [8, 16, 24, 32, 40, 48]
+    # Each report carries the loop's time so far, in parts that only grow (telemetry/phases.py).
+    timings = [rep["timing"] for rep in sink.reports]
+    assert set(timings[-1]) == {"setup", "steps", "validation", "checkpoints", "reports"}
+    assert all(later["steps"] > earlier["steps"] for earlier, later in zip(timings, timings[1:]))
     final = sink.checkpoints[48]
     for name in (checkpoint.MODEL, checkpoint.OPTIM, checkpoint.STATE, checkpoint.HF_MODEL):
         assert (final / name).exists(), name

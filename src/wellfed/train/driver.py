@@ -20,6 +20,7 @@ from wellfed import privacy, tasks, tracking
 from wellfed.cli import Interrupted, StageError
 from wellfed.data import staging
 from wellfed.data.shards import TokenFile
+from wellfed.telemetry.phases import Phases
 from wellfed.config import DataConfig, ModelConfig, RayConfig, TrainConfig
 from wellfed.train import checkpoint, preemption, runs, selection
 
@@ -87,16 +88,21 @@ def quiet_ray_logs() -> None:
 
     Ray 2.60 logs every `ray.train.report` payload at INFO under a logger named after its file
     (so `LoggingConfig` does not reach it), and the placement-group cleaner warns once a second
-    when the state API (the dashboard, off here) is absent. Both stay in Ray's log files.
+    when the state API (the dashboard, off here) is absent. Both stay in Ray's log files. On a
+    busy machine the controller's autoscaling-coordinator client warns with a traceback that its
+    resource request timed out ("safe to ignore", Ray's own words; a fixed cluster does not
+    autoscale): that stays in the log files too.
     The cleaner finds its cluster through RAY_ADDRESS; unset, it looks for Ray on this machine
     and dies with a traceback when it finds two (two pipelines at once: `dvc queue start -j 2`).
     """
     import ray
     from ray.train.v2._internal.execution import context
     from ray.train.v2._internal.execution.controller import placement_group_cleaner
+    from ray.train.v2._internal.execution.scaling_policy import autoscaling_coordinator_client
 
     logging.getLogger(context.__file__).setLevel(logging.WARNING)
     logging.getLogger(placement_group_cleaner.__name__).setLevel(logging.ERROR)
+    logging.getLogger(autoscaling_coordinator_client.__name__).setLevel(logging.ERROR)
     os.environ.setdefault("RAY_ADDRESS", ray.get_runtime_context().gcs_address)
 
 
@@ -156,6 +162,10 @@ def connect(ray_cfg: RayConfig) -> None:
         # Without the watcher Ray does not log, as an error, a note on the watcher's own actor
         # options on every run (`core_worker.cc ... PreemptionWatcher ... max_restarts > 0`).
         env["env_vars"]["RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"] = "0"
+        # Ray starts workers at nice 15 (the raylet's worker_niceness), so on a small machine
+        # the training worker yields the cores to Ray's own actors and the driver: measured here
+        # at ~176% of 2 cores. A local cluster runs nothing else of ours: full priority.
+        env["env_vars"]["RAY_worker_niceness"] = "0"
         # address="local": never attach to a cluster some earlier `ray start` left recorded.
         ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, runtime_env=env,
                  log_to_driver=True, logging_level=logging.WARNING)
@@ -347,9 +357,11 @@ def finish(result, run: runs.Run, uri: str, run_id: str, backlog: Path, keep: st
 
 def fit(*, tokens_dir: Path, model_source: str, labels: list[str], pad_id: int, task: str,
         model_cfg: ModelConfig, train_cfg: TrainConfig, data_cfg: DataConfig, ray_cfg: RayConfig,
-        storage: Path, uri: str, experiment: str, params: dict,
-        tags: dict) -> tuple[Trained, str, dict]:
-    """Run training on Ray; return (the checkpoints to export, MLflow run id, run info)."""
+        storage: Path, uri: str, experiment: str, params: dict, tags: dict,
+        clock: Phases | None = None) -> tuple[Trained, str, dict]:
+    """Run training on Ray; return (the checkpoints to export, MLflow run id, run info).
+    `clock` gets the seconds of Ray's start, the trainer and Ray's stop."""
+    clock = clock or Phases()
     local_token_auth(ray_cfg)
     import ray
 
@@ -365,7 +377,7 @@ def fit(*, tokens_dir: Path, model_source: str, labels: list[str], pad_id: int, 
                        TokenFile(tokens_dir / "train.arrow").labels, list(labels))
     selection.resolve(train_cfg.select_metric, task)  # a figure this task has, in one line
     loop_config = {"job": job, "threads": ray_cfg.cpus_per_worker}
-    with preemption.daemons_apart():  # so that a signal to dvc's process group spares them
+    with clock("ray start"), preemption.daemons_apart():  # a signal to dvc's group spares them
         connect(ray_cfg)
     try:
         use_gpu = wants_gpu(ray_cfg)
@@ -382,14 +394,16 @@ def fit(*, tokens_dir: Path, model_source: str, labels: list[str], pad_id: int, 
                    "derived.storage": run.storage_uri}
         run_id, backlog = open_run(run, uri, experiment, params, tags, derived, storage)
         try:
-            result = run_trainer(loop_config, ray_cfg, use_gpu, run, uri, run_id, backlog)
+            with clock("ray train"):
+                result = run_trainer(loop_config, ray_cfg, use_gpu, run, uri, run_id, backlog)
         except KeyboardInterrupt:
             step = runs.resume_step(run.storage_uri, run.name)
             kept = f"the checkpoint of step {step} is kept" if step else "no checkpoint yet"
             raise Interrupted(f"training stopped by Ctrl-C ({kept}): rerun `dvc repro` to resume "
                               f"run {run.name} from there, into the same MLflow run") from None
     finally:
-        ray.shutdown()
+        with clock("ray stop"):
+            ray.shutdown()
     trained = choose(result, job)
     finish(result, run, uri, run_id, backlog, trained.chosen.path)
     announce(trained, uri, run_id)

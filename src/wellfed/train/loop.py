@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import math
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, NamedTuple
@@ -30,6 +31,7 @@ from wellfed.model import load_model
 from wellfed.telemetry.gpu import DeviceSampler
 from wellfed.telemetry.meter import StepMeter
 from wellfed.telemetry.peak import device_peak
+from wellfed.telemetry.phases import Phases
 from wellfed.train import checkpoint, selection
 from wellfed.train.checkpoint import unwrap
 
@@ -284,7 +286,10 @@ def train(job: TrainJob, place: Place, report: Report, *, resume: Path | None = 
     checkpoint directory to continue from; `stop()` asks, once per step, to checkpoint and stop
     early (a preemption signal; it must answer the same on every rank). A validation that beats
     the best so far (train.select_metric) is checkpointed when train.select is best; after
-    train.early_stopping_patience validations without one the run checkpoints and ends."""
+    train.early_stopping_patience validations without one the run checkpoints and ends.
+    Every report carries `timing`: this attempt's seconds in setup (model load, optimizer,
+    peak measurement), steps, validation, checkpoints and reports (telemetry/phases.py)."""
+    started, clock = time.perf_counter(), Phases()
     cfg, device = job.train, place.device
     patience = cfg.early_stopping_patience
     train_data = TokenFile(job.tokens_dir / "train.arrow")
@@ -316,12 +321,14 @@ def train(job: TrainJob, place: Place, report: Report, *, resume: Path | None = 
                         s.spec.pad_multiple, job.data.loader_workers, job.data.prefetch,
                         device.type == "cuda")
     pending, values, bad = [], [], 0
+    clock.add("setup", time.perf_counter() - started)
     with tempfile.TemporaryDirectory(prefix="wellfed-profile-") as traces, \
             profiler(cfg.profile_range(), state["step"], place, Path(traces)) as prof:
         for step, batches in fed:
             if state["step"] >= s.steps or (patience and state["best"]["since"] >= patience):
                 break  # planned steps done, or a resume of a run that had stopped early
-            values.append(train_step(s, step, batches, meter, train_data.lengths))
+            with clock("steps"):
+                values.append(train_step(s, step, batches, meter, train_data.lengths))
             if prof:
                 prof.step()
             state["step"] += 1
@@ -337,14 +344,16 @@ def train(job: TrainJob, place: Place, report: Report, *, resume: Path | None = 
                                            and state["step"] % cfg.checkpoint_every == 0)
             if not (do_eval or do_ckpt or state["step"] % cfg.report_every == 0):
                 continue
-            close_interval(values, pending, place.world)
+            with clock("steps"):  # on a GPU, where the queued steps are waited for
+                close_interval(values, pending, place.world)
             bad = check_finite(bad, pending, cfg.max_bad_steps)
             metrics = {**facts, "records": pending, **meter.interval(),
                        "telemetry": sampler.snapshot(), "sampler": sampler.kind}
             new_best = early = False
             if do_eval:  # figures all-reduced: every rank takes the same decisions below
-                metrics["val"] = evaluate_split(s, val_data, place.rank, job.pad_id,
-                                                len(job.labels))
+                with clock("validation"):
+                    metrics["val"] = evaluate_split(s, val_data, place.rank, job.pad_id,
+                                                    len(job.labels))
                 new_best = selection.observe(state["best"], metrics["val"], state["step"])
                 early = bool(patience) and not last and state["best"]["since"] >= patience
                 # A new best may become data/model, so it gets a checkpoint of its own.
@@ -353,11 +362,15 @@ def train(job: TrainJob, place: Place, report: Report, *, resume: Path | None = 
             if do_ckpt:
                 metrics[selection.RANK_KEY] = state["best"]["rank"] if new_best else 0
                 with tempfile.TemporaryDirectory() as tmp:
-                    if place.rank == 0:
-                        checkpoint.save(Path(tmp), s, state, last or early, Path(traces))
-                    report(metrics, Path(tmp) if place.rank == 0 else None)
+                    with clock("checkpoints"):
+                        if place.rank == 0:
+                            checkpoint.save(Path(tmp), s, state, last or early, Path(traces))
+                    with clock("reports"):  # Ray copies the checkpoint into its storage here
+                        report({**metrics, "timing": dict(clock.seconds)},
+                               Path(tmp) if place.rank == 0 else None)
             else:
-                report(metrics, None)
+                with clock("reports"):
+                    report({**metrics, "timing": dict(clock.seconds)}, None)
             pending, values = [], []
             meter.reset()
             if early and place.rank == 0:

@@ -1,0 +1,35 @@
+"""The stage's time breakdown: phases add up, and the line names the fixed cost."""
+
+import time
+
+from wellfed.telemetry.phases import Phases, breakdown
+
+
+def test_phases_add_up_per_name_in_first_seen_order():
+    clock = Phases({"imports": 1.5})
+    with clock("steps"):
+        time.sleep(0.01)
+    with clock("validation"):
+        pass
+    with clock("steps"):
+        time.sleep(0.01)
+    assert list(clock.seconds) == ["imports", "steps", "validation"]
+    assert clock.seconds["steps"] >= 0.02 and clock.seconds["validation"] < clock.seconds["steps"]
+    assert abs(clock.total() - sum(clock.seconds.values())) < 1e-12
+
+
+def test_a_phase_that_raises_is_still_timed():
+    clock = Phases()
+    try:
+        with clock("export"):
+            raise OSError("disk full")
+    except OSError:
+        pass
+    assert "export" in clock.seconds
+
+
+def test_breakdown_sorts_parts_shows_the_uncovered_rest_and_the_fixed_cost():
+    line = breakdown(60.0, {"steps": 20.0, "ray start": 4.0, "validation": 11.0, "tiny": 0.01})
+    assert line.startswith("60.0 s: other 25.0, steps 20.0, validation 11.0, ray start 4.0;")
+    assert "tiny" not in line  # under 0.05 s: not worth a word
+    assert line.endswith("fixed cost (all but steps) 40.0 s")
