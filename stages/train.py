@@ -100,9 +100,14 @@ def time_breakdown(clock: Phases, uri: str, run_id: str) -> str:
     (controller and worker start and stop, the last report). Logged as time/* too."""
     import mlflow
 
-    latest = mlflow.MlflowClient(uri).get_run(run_id).data.metrics
-    worker = {k.removeprefix("time/worker_").removesuffix("_s"): v for k, v in latest.items()
-              if k.startswith("time/worker_")}
+    client = mlflow.MlflowClient(uri)
+    worker = {}
+    for key in (k for k in client.get_run(run_id).data.metrics if k.startswith("time/worker_")):
+        # This attempt's reports only: a resumed run also holds the interrupted attempt's.
+        now = [m for m in client.get_metric_history(run_id, key) if m.timestamp >= STARTED * 1000]
+        if now:
+            worker[key.removeprefix("time/worker_").removesuffix("_s")] = max(
+                now, key=lambda m: (m.step, m.timestamp)).value
     parts = {k: v for k, v in clock.seconds.items() if k != "ray train"}
     parts.update(worker)
     parts["ray train start/stop"] = max(clock.seconds.get("ray train", 0) - sum(worker.values()), 0)

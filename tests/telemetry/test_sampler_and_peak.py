@@ -101,3 +101,17 @@ def test_interval_metrics_key_every_worker_and_aggregate():
     assert out["worker1/gpu_util_pct"] == 90.0
     assert out["perf/gpu_util_pct_min"] == 80.0 and out["perf/gpu_util_pct_max"] == 90.0
     assert abs(out["perf/mfu_mean"] - 0.25) < 1e-12
+
+
+def test_measuring_the_peak_leaves_the_global_random_stream_alone():
+    """Training seeds dropout from the global generator; the peak measurement runs after the
+    seed, so it must draw from its own."""
+    import torch
+
+    from wellfed.telemetry.peak import measure_peak
+
+    torch.manual_seed(7)
+    expected = torch.rand(3)
+    torch.manual_seed(7)
+    measure_peak(torch.device("cpu"), None, size=64, repeats=1)
+    assert torch.equal(torch.rand(3), expected)

@@ -51,8 +51,11 @@ def measure_peak(device: torch.device, dtype: torch.dtype | None, size: int = 20
     load read 0.054 TFLOP/s on this 2-core CPU where a longer one reaches ~0.25 (MFU was then
     overstated 1.5-5x)."""
     dtype = dtype or torch.float32
-    a = torch.randn(size, size, device=device, dtype=dtype)
-    b = torch.randn(size, size, device=device, dtype=dtype)
+    # Its own generator: the global one seeds the training's dropout, which must not depend on
+    # whether (or how often) the peak was measured.
+    gen = torch.Generator(device).manual_seed(0)
+    a = torch.randn(size, size, device=device, dtype=dtype, generator=gen)
+    b = torch.randn(size, size, device=device, dtype=dtype, generator=gen)
     (a @ b).sum().item()  # warm up kernels / thread pool
     best = 0.0
     for _ in range(repeats):

@@ -88,10 +88,12 @@ def quiet_ray_logs() -> None:
 
     Ray 2.60 logs every `ray.train.report` payload at INFO under a logger named after its file
     (so `LoggingConfig` does not reach it), and the placement-group cleaner warns once a second
-    when the state API (the dashboard, off here) is absent. Both stay in Ray's log files. On a
-    busy machine the controller's autoscaling-coordinator client warns with a traceback that its
-    resource request timed out ("safe to ignore", Ray's own words; a fixed cluster does not
-    autoscale): that stays in the log files too.
+    when the state API (the dashboard, off here) is absent. On a busy machine the controller's
+    autoscaling-coordinator client warns, with a traceback, that its resource request timed out
+    ("safe to ignore", in Ray's own words). The payloads stay in Ray's log files; the warnings
+    of those two modules are dropped (their errors pass) by a filter on their logger, not by its
+    level: Ray Train's logging setup (dictConfig of `ray.train`) resets the level of every logger
+    under `ray.train` to NOTSET after this hook has run, but keeps filters.
     The cleaner finds its cluster through RAY_ADDRESS; unset, it looks for Ray on this machine
     and dies with a traceback when it finds two (two pipelines at once: `dvc queue start -j 2`).
     """
@@ -101,8 +103,8 @@ def quiet_ray_logs() -> None:
     from ray.train.v2._internal.execution.scaling_policy import autoscaling_coordinator_client
 
     logging.getLogger(context.__file__).setLevel(logging.WARNING)
-    logging.getLogger(placement_group_cleaner.__name__).setLevel(logging.ERROR)
-    logging.getLogger(autoscaling_coordinator_client.__name__).setLevel(logging.ERROR)
+    for module in (placement_group_cleaner, autoscaling_coordinator_client):
+        logging.getLogger(module.__name__).addFilter(lambda record: record.levelno >= logging.ERROR)
     os.environ.setdefault("RAY_ADDRESS", ray.get_runtime_context().gcs_address)
 
 
