@@ -8,6 +8,7 @@ logs them at their steps through the helpers here.
 
 from __future__ import annotations
 
+import getpass
 import os
 import re
 import subprocess
@@ -53,8 +54,14 @@ def git_tags(root: Path) -> dict[str, str]:
         except (OSError, subprocess.SubprocessError):
             return ""
 
-    tags = {"git.commit": git("rev-parse", "HEAD") or "unknown",
-            "git.dirty": str(bool(git("status", "--porcelain", "--untracked-files=no"))).lower()}
+    commit = git("rev-parse", "HEAD")
+    tags = {"git.commit": commit or "unknown",
+            "git.dirty": str(bool(git("status", "--porcelain", "--untracked-files=no"))).lower(),
+            # MLflow's own keys: the UI's Source and Created by columns read them.
+            "mlflow.source.type": "LOCAL", "mlflow.source.name": "stages/train.py (dvc repro)",
+            "mlflow.user": getpass.getuser()}
+    if commit:
+        tags["mlflow.source.git.commit"] = commit
     if os.environ.get("DVC_EXP_NAME"):
         tags["dvc.exp_name"] = os.environ["DVC_EXP_NAME"]
     return tags
