@@ -20,8 +20,20 @@ tokens/s, MFU of the useful (non-pad) work against the device's table peak, peak
 a torch.profiler trace of 5 steps at batch 32 (where the time goes), the host/device syncs per
 step (torch.cuda sync debug mode, with the Python line that caused each), and pad multiple 8 vs 1
 at batch 256 (A B B A), into gpu_step.json.
+`python benchmarks/gpu_throughput.py auto` measures two train knobs on BERT-base, bf16, wellfed
+alone (its setup/feed/train_step, the path loop.train runs), into gpu_autobatch.json:
+  micro_batch_tokens auto at global batch 256 on all train rows: the budget the probe found, how
+  (setup's seconds, the probe included), real tokens/s and peak memory;
+  compile off vs on at batch 32 (4,000 rows) and 256 (12,000 rows): an untimed warm-up run of
+  each (it pays the compiling), then A B B A. Compiling happens at the first step (outside the
+  timed window) and again at the first changes of shape (inside it), so each run also records
+  `first_steps_s` (its first 3 steps) and `steady_real_tokens_per_s` (its second half of steps).
+  The result file is rewritten after each part, so a run cut short keeps what it measured.
+  Seen on an H100 (torch 2.11, 2026-11-23): the first compiled run stalled over 5 minutes in
+  inductor's parallel kernel compile (waiting on its futures) at its third graph (dynamic
+  width, padding mask); if it does again, try TORCHINDUCTOR_COMPILE_THREADS=1.
 
-usage: python benchmarks/gpu_throughput.py [step]   (WELLFED_SST2_DIR, WELLFED_MODEL_DIR override)
+usage: python benchmarks/gpu_throughput.py [step|auto]   (WELLFED_SST2_DIR, WELLFED_MODEL_DIR override)
 """
 
 from __future__ import annotations
@@ -45,6 +57,7 @@ CASES = [  # (model, global batch, rows, wellfed micro_batch_tokens)
 ]
 ORDER = ("wellfed", "trainer_grouped", "trainer_grouped", "wellfed")
 LR_FOR_BATCH = {32: 1e-4, 256: 3e-4}
+COMPILE_CASES = ((32, 4_000), (256, 12_000))  # (global batch, rows): 125 and 47 steps a run
 BERT_BASE = {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
              "intermediate_size": 3072}
 
@@ -217,12 +230,124 @@ def pad_multiple_ab(data, arrow: Path, pad_id: int, sampler, device_name: str) -
             "runs": runs, "cold_runs": cold}
 
 
+def run_knobs(data, arrow: Path, pad_id: int, *, batch: int, tokens: int | str = 0,
+              compile: bool = False, sampler=None) -> tuple[dict, object, dict]:
+    """One epoch of wellfed (BERT-base, bf16) through the loop's own setup (which runs the auto
+    probe and torch.compile), feed and train_step; (run record, model, what setup chose)."""
+    import functools
+
+    import torch
+    from wellfed.config import TrainConfig
+    from wellfed.data.batching import collate
+    from wellfed.telemetry.meter import StepMeter
+    from wellfed.telemetry.peak import Peak
+    from wellfed.train.loop import feed, setup, train_step
+
+    device = torch.device("cuda")
+    cfg = TrainConfig(epochs=1, lr=LR_FOR_BATCH[batch], weight_decay=tt.WEIGHT_DECAY,
+                      warmup_ratio=tt.WARMUP, global_batch_size=batch, micro_batch_size=batch,
+                      micro_batch_tokens=tokens, max_grad_norm=tt.CLIP, precision="bf16",
+                      seed=SEED, compile=compile)
+    model = model_factory("bert_base")().to(device)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    s = setup(cfg, model, len(data), device, lengths=data.lengths)
+    setup_s = time.perf_counter() - start
+    torch.manual_seed(cfg.seed)  # dropout
+    meter = StepMeter(device, Peak(1.0, "unused"), s.model.config)
+    gather = functools.partial(collate, data, pad_id=pad_id, multiple=s.spec.pad_multiple)
+    stamps, values, counts = [], [], []
+    for step, batches in feed(s, data, arrow, pad_id):
+        values.append(train_step(s, step, batches, meter, data.lengths, gather))
+        stamps.append(tt.stamp(sync=len(stamps) in (0, s.steps - 1, s.steps // 2)))
+        counts.append((step.real_tokens, step.padded_tokens))
+        if len(stamps) == 1 and sampler:
+            sampler.snapshot()  # NVML means over the timed window only
+    record = tt.run_record(stamps, [float(v.loss) for v in values], counts)
+    half = s.steps // 2  # stamps[half] is the end of step half + 1, synchronised
+    record["steady_real_tokens_per_s"] = round(
+        sum(c[0] for c in counts[half + 1:]) / (stamps[-1][0] - stamps[half][0]), 1)
+    record["first_step_s"] = round(stamps[0][0] - start - setup_s, 3)
+    record["first_steps_s"] = round(stamps[2][0] - start - setup_s, 3)
+    chose = {"setup_s": round(setup_s, 3), "micro_batch_tokens": s.spec.micro_tokens,
+             "how": s.budget_note, "halvings": s.halvings, "compiled": s.compiled is not None}
+    return record, s.model, chose
+
+
+def autobatch_and_compile(texts_all, labels_all, tokenizer, tmp: Path, sampler,
+                          device_name: str, save) -> dict:
+    """gpu_autobatch.json's figures: micro_batch_tokens auto at batch 256, compile off vs on;
+    `save(results)` after each part."""
+    import torch
+
+    data, arrow = token_rows(texts_all, labels_all, tokenizer, tmp, 0)
+    torch.cuda.reset_peak_memory_stats()
+    record, model, chose = run_knobs(data, arrow, tokenizer.pad_token_id, batch=256,
+                                     tokens="auto", sampler=sampler)
+    rows_per_step(record, 256)
+    record.update(gpu_figures(model, record, sampler, device_name))
+    record.pop("cpu_share", None)
+    del model
+    results = {"auto_b256": {"rows": len(data), **chose, "run": record}}
+    save(results)
+    print(f"[bench] gpu auto: budget {chose['micro_batch_tokens']} ({chose['how']}), "
+          f"setup {chose['setup_s']} s, {record['real_tokens_per_s']:,.0f} real tok/s, "
+          f"peak {record['peak_memory_gb']} GB", flush=True)
+    for batch, rows in COMPILE_CASES:
+        data, arrow = token_rows(texts_all, labels_all, tokenizer, tmp, rows)
+        runs, warm = {False: [], True: []}, {}
+        for compiled in (False, True, False, True, True, False):  # warm-ups, then A B B A
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+            record, model, chose = run_knobs(data, arrow, tokenizer.pad_token_id,
+                                             batch=batch, compile=compiled, sampler=sampler)
+            rows_per_step(record, batch)
+            record.update(gpu_figures(model, record, sampler, device_name), **chose)
+            record.pop("cpu_share", None)
+            del model
+            (runs[compiled] if compiled in warm else warm.setdefault(compiled, [])).append(record)
+            print(f"[bench] gpu compile={compiled} b{batch}: "
+                  f"{record['real_tokens_per_s']:,.0f} real tok/s "
+                  f"(steady {record['steady_real_tokens_per_s']:,.0f}), first step "
+                  f"{record['first_step_s']} s, first 3 {record['first_steps_s']} s, "
+                  f"MFU {record['mfu_vs_table']}", flush=True)
+        pooled = {c: round(sum(r["timed_real_tokens"] for r in rs)
+                           / sum(r["timed_seconds"] for r in rs), 1) for c, rs in runs.items()}
+        results[f"compile_b{batch}"] = {
+            "rows": len(data), "real_tokens_per_s": {"off": pooled[False], "on": pooled[True]},
+            "on_vs_off": round(pooled[True] / pooled[False], 3),
+            "steady_on_vs_off": round(
+                np.mean([r["steady_real_tokens_per_s"] for r in runs[True]])
+                / np.mean([r["steady_real_tokens_per_s"] for r in runs[False]]), 3),
+            "runs": {"off": runs[False], "on": runs[True]},
+            "warmup_runs": {"off": warm[False], "on": warm[True]}}
+        save(results)
+    return results
+
+
+def token_rows(texts_all, labels_all, tokenizer, tmp: Path, rows: int):
+    """SST-2 train rows (a seeded sample of `rows`, 0 = all) as a token file, as the cases use."""
+    from wellfed.data.shards import TokenFile, write_token_file
+    from wellfed.data.tokenization import SplitTokenizer
+
+    pick = (np.sort(np.random.default_rng(SEED).choice(len(texts_all), rows, replace=False))
+            if rows else np.arange(len(texts_all)))
+    arrow = tmp / f"train_{len(pick)}.arrow"
+    if not arrow.exists():
+        parquet = harness.write_parquet(tmp / f"train_{len(pick)}.parquet",
+                                        [texts_all[i] for i in pick], labels_all[pick])
+        write_token_file(arrow, SplitTokenizer(tokenizer, 128, 8192).batches(str(parquet), "train"))
+    return TokenFile(arrow), arrow
+
+
 def main() -> None:
     import torch
 
     if not torch.cuda.is_available():  # no result file: it would replace a real GPU's figures
         print(f"[bench] {NAME}: skipped: no CUDA device")
         return
+    if sys.argv[1:] == ["auto"]:
+        return main_auto()
     harness.require_sst2(NAME)
     clock = harness.Clock()
     import datasets
@@ -323,6 +448,38 @@ def main() -> None:
         print(f"  {group:36s} {row['ms_per_step']:8.3f} ms  {row['share_of_wall']:.1%}")
     for source, count in profile["sync_sources"].items():
         print(f"  sync x{count}: {source}")
+
+
+def main_auto() -> None:
+    """`auto` mode: single process, no Ray/MLflow/DVC, no HF Trainer (so no `datasets`)."""
+    import torch
+    from transformers import AutoTokenizer
+    from transformers.utils import logging as hf_logging
+    from wellfed import device as dev
+    from wellfed.telemetry.gpu import DeviceSampler
+
+    harness.require_sst2(NAME)
+    clock = harness.Clock()
+    hf_logging.set_verbosity_error()
+    OUT.mkdir(parents=True, exist_ok=True)
+    device = torch.device("cuda")
+    device_name = dev.device_name(device)
+    texts_all, labels_all = harness.read_sst2("train")
+    tokenizer = AutoTokenizer.from_pretrained(harness.model_path())
+    sampler = DeviceSampler(device, interval_s=0.2).start()
+
+    def save(results: dict) -> None:
+        harness.write_result("gpu_autobatch", {
+            "what": "BERT-base-sized, bf16, wellfed's own step: micro_batch_tokens auto at "
+                    "global batch 256 (budget found, setup seconds incl. the probe, real "
+                    "tokens/s, peak memory), and train.compile off vs on at batch 32 and 256 "
+                    "(A B B A after a warm-up run of each)", "device": device_name, **results,
+            "machine": harness.machine(), **clock.summary()}, folder=OUT)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        autobatch_and_compile(texts_all, labels_all, tokenizer, Path(tmp), sampler, device_name,
+                              save)
+    sampler.stop()
 
 
 if __name__ == "__main__":

@@ -188,8 +188,11 @@ class TrainConfig:
     """Rows per optimizer step summed over all workers; the loss is normalised over exactly these rows."""
     micro_batch_size: int = 32
     """Most rows one worker puts through one forward pass; the rest is gradient accumulation."""
-    micro_batch_tokens: int = 0
-    """Most tokens (padding included) in one forward pass; 0 = bound by rows only."""
+    micro_batch_tokens: int | str = 0
+    """Most tokens (padding included) in one forward pass; 0 = bound by rows only. auto = on a
+    GPU, the most that fits with headroom, found by a probe before training at the longest row
+    (train/autobatch.py; the smallest over workers); on CPU, 0. Whatever is set, a CUDA
+    out-of-memory error in a step halves the budget and redoes the step (one worker only)."""
     max_grad_norm: float = 1.0
     """Clip the global gradient norm to this (0 = no clipping)."""
     precision: Literal["auto", "bf16", "fp16", "fp32"] = "auto"
@@ -228,6 +231,11 @@ class TrainConfig:
     early_stopping_patience: int = 0
     """Stop after this many validations in a row without a strict improvement of
     `select_metric` (0 = never); the stop step is checkpointed and the run ends normally."""
+    compile: bool = False
+    """Run the training step's forward and backward through torch.compile (after the DDP wrap);
+    validation and the exported model use the plain module. Shapes vary with the bucketed
+    batches: the pad multiple keeps the widths few, and torch's automatic dynamic shapes compile
+    one shape-generic graph after the first shape change instead of one graph per shape."""
 
     def profile_range(self) -> tuple[int, int] | None:
         if not self.profile_steps:
@@ -241,11 +249,16 @@ class TrainConfig:
                     "micro_batch_size": self.micro_batch_size, "report_every": self.report_every,
                     "pool_batches": self.pool_batches}
         out += [f"train.{k} must be >= 1; got {v}" for k, v in positive.items() if v < 1]
-        non_negative = {"max_steps": self.max_steps, "micro_batch_tokens": self.micro_batch_tokens,
+        non_negative = {"max_steps": self.max_steps,
                         "eval_every": self.eval_every, "checkpoint_every": self.checkpoint_every,
                         "pad_multiple": self.pad_multiple, "weight_decay": self.weight_decay,
                         "max_grad_norm": self.max_grad_norm}
         out += [f"train.{k} must be >= 0; got {v}" for k, v in non_negative.items() if v < 0]
+        tokens = self.micro_batch_tokens
+        count = None if tokens == "auto" else number(tokens, integer=True)
+        if tokens != "auto" and (count is None or count < 0):
+            out.append(f"train.micro_batch_tokens must be an integer >= 0 (0 = rows only) or "
+                       f"auto (the most that fits on the GPU); got {tokens!r}")
         if not (0 < self.lr < 1):
             out.append(f"train.lr must be in (0, 1); got {self.lr}")
         if not 0 <= self.warmup_ratio < 1:

@@ -220,6 +220,8 @@ def interval_metrics(reports: list[dict]) -> dict[str, float]:
     for key, values in per_worker.items():
         if len(values) == len(reports):
             spread(out, f"perf/{key}", values)
+    if "micro_batch_tokens" in reports[0]:  # halved after a CUDA out-of-memory error: visible
+        out["perf/micro_batch_tokens"] = reports[0]["micro_batch_tokens"]
     # Rank 0's cumulative seconds per part of the loop (it also writes the checkpoints).
     out.update({f"time/worker_{k}_s": v for k, v in reports[0].get("timing", {}).items()})
     return out

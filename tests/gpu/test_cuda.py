@@ -182,3 +182,63 @@ def test_train_step_does_not_synchronise_the_host_on_unpadded_batches():
         run.step([host_batch(16, 24, rng, padded=False), host_batch(16, 24, rng, padded=False)])
     finally:
         torch.cuda.set_sync_debug_mode("default")
+
+
+def test_auto_budget_probe_finds_a_fitting_budget_on_the_device():
+    """micro_batch_tokens auto on the real GPU, bounded by a planted memory fraction so the
+    search meets a real CUDA out-of-memory error: the budget is > 0, below what was asked for,
+    and a micro-batch of that many tokens then trains."""
+    from wellfed.train import autobatch
+
+    model = bert(hidden=256, layers=4)
+    cfg = TrainConfig(precision="bf16", micro_batch_tokens="auto", global_batch_size=1 << 16,
+                      micro_batch_size=1 << 16, warmup_ratio=0.0)
+    lengths = np.full(1 << 16, 128)
+    total = torch.cuda.get_device_properties(CUDA).total_memory
+    torch.cuda.set_per_process_memory_fraction(min(1.0, 4 * 2**30 / total), CUDA)  # ~4 GiB
+    try:
+        s = setup(cfg, model, len(lengths), CUDA, lengths=lengths)
+        tokens = s.spec.micro_tokens
+        assert 128 <= tokens < (1 << 16) * 128 and s.budget_note.startswith("auto: probed")
+        assert all(p.grad is None for p in model.parameters())  # the probe left no gradients
+        rows = tokens // 128
+        host = host_batch(rows, 128, np.random.default_rng(5), padded=True)
+        step = Step(0, 0, rows, [np.arange(rows)])
+        meter = StepMeter(CUDA, Peak(1e15, "test"), model.config)
+        loss = train_step(s, step, iter([host]), meter, np.full(rows, 128)).loss
+        assert torch.isfinite(loss) and s.halvings == 0
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0, CUDA)
+        torch.cuda.empty_cache()
+
+
+def test_a_step_that_runs_out_of_gpu_memory_is_halved_and_redone(capsys):
+    """A planted memory fraction that one micro-batch of 4,096 x 128 tokens does not fit: the
+    step halves the budget until it fits, and the loss is that of the whole batch."""
+    import dataclasses
+
+    model = bert(hidden=256, layers=4)
+    run = Run(model, "bf16")
+    rows, width = 4096, 128
+    run.s.spec = dataclasses.replace(run.s.spec, micro_rows=rows)  # only tokens bound a part
+    rng = np.random.default_rng(6)
+    full = host_batch(rows, width, rng)
+
+    def gather(idx):
+        return {k: v[idx] for k, v in full.items()}
+
+    lengths = np.full(rows, width)
+    step = Step(0, 0, rows, [np.arange(rows)])
+    base = torch.cuda.memory_allocated(CUDA)
+    total = torch.cuda.get_device_properties(CUDA).total_memory
+    torch.cuda.set_per_process_memory_fraction((base + 3 * 2**30) / total, CUDA)  # +3 GiB
+    try:
+        loss = train_step(run.s, step, iter([gather(np.arange(rows))]), run.meter, lengths,
+                          gather).loss
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0, CUDA)
+        torch.cuda.empty_cache()
+    printed = [line for line in capsys.readouterr().out.splitlines() if "out of memory" in line]
+    assert run.s.halvings >= 1 and len(printed) == run.s.halvings
+    assert run.s.spec.micro_tokens <= rows * width // 2
+    assert torch.isfinite(loss) and 0.3 < float(loss) < 1.5  # about ln 2 at random init

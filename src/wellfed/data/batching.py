@@ -122,10 +122,16 @@ def iterate_steps(lengths: np.ndarray, spec: BatchSpec, rank: int, start_epoch: 
         first = start_index if epoch == start_epoch else 0
         for index in range(first, len(batches)):
             every_rank = split_step(batches[index], lengths, spec)
-            padded = sum(len(m) * padded_width(lengths[m].max(), spec.pad_multiple) if len(m) else 1
-                         for parts in every_rank for m in parts)
             yield Step(epoch, index, len(batches[index]), every_rank[rank],
-                       int(lengths[batches[index]].sum()), int(padded))
+                       int(lengths[batches[index]].sum()),
+                       padded_tokens(every_rank, lengths, spec.pad_multiple))
+
+
+def padded_tokens(every_rank: list[list[np.ndarray]], lengths: np.ndarray, multiple: int) -> int:
+    """Tokens computed for one global batch's micro-batches on all ranks, padding included (a
+    filler micro-batch is one pad token)."""
+    return int(sum(len(m) * padded_width(lengths[m].max(), multiple) if len(m) else 1
+                   for parts in every_rank for m in parts))
 
 
 def eval_batches(lengths: np.ndarray, spec: BatchSpec, rank: int) -> list[np.ndarray]:

@@ -127,7 +127,11 @@ class MlflowCallback(ray.train.UserCallback):
                   "derived.peak_flops": f"{rank0['peak_flops']:.4g}",
                   "derived.peak_source": rank0["peak_source"],
                   "derived.telemetry": rank0["sampler"],
-                  "derived.worker_nodes": len({r.get("node") for r in reports})}
+                  "derived.worker_nodes": len({r.get("node") for r in reports}),
+                  # The token budget at the first report (perf/micro_batch_tokens follows it).
+                  "derived.micro_batch_tokens": rank0.get("micro_batch_tokens", 0),
+                  "derived.micro_batch_tokens_source": rank0.get("micro_batch_tokens_source", ""),
+                  "derived.compiled": rank0.get("compiled", False)}
         log_params(self.uri, self.run_id, params, {})
         print(f"[wellfed] precision={rank0['precision']} ({rank0['precision_reason']}), "
               f"pad_multiple={rank0['pad_multiple']}, devices={params['derived.devices']}, "

@@ -2,15 +2,18 @@
 unchanged, on every Ray Train worker (train/worker.py adapts Ray's context to it).
 
 `setup` builds the model's optimizer, schedule, scaler and batch plan the same way for all of
-them; `train_step` is one optimizer step and fits on one screen. Every copy of the loop reports
-every `report_every` steps through the `report` function it was given (never every step: under
-Ray each report can wait on the controller's 2 s poll); the sinks decide what lands where.
+them (the micro-batch token budget: train/autobatch.py); `train_step` is one optimizer step and
+fits on one screen. Every copy of the loop reports every `report_every` steps through the
+`report` function it was given (never every step: under Ray each report can wait on the
+controller's 2 s poll); the sinks decide what lands where.
 Losses and token counts stay on the device between reports and cross to the host once per report.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import math
 import tempfile
 import time
@@ -32,7 +35,7 @@ from wellfed.telemetry.gpu import DeviceSampler
 from wellfed.telemetry.meter import StepMeter
 from wellfed.telemetry.peak import device_peak
 from wellfed.telemetry.phases import Phases
-from wellfed.train import checkpoint, selection
+from wellfed.train import autobatch, checkpoint, selection
 from wellfed.train.checkpoint import unwrap
 
 Report = Callable[[dict, "Path | None"], None]
@@ -85,6 +88,13 @@ class Setup:
     task: str = "single_label"
     loss_weights: torch.Tensor | None = None
     """Per-class loss weights on the device (train.class_weights), or None."""
+    compiled: torch.nn.Module | None = None
+    """torch.compile of `model` (train.compile), which the step runs; None = `model` itself.
+    Validation and checkpoints use `model`."""
+    budget_note: str = ""
+    """How spec.micro_tokens was chosen (set in params, or what the auto probe found)."""
+    halvings: int = 0
+    """Times a CUDA out-of-memory error halved spec.micro_tokens during the run."""
 
 
 class StepResult(NamedTuple):
@@ -116,22 +126,52 @@ def total_steps(n_rows: int, cfg: TrainConfig) -> int:
 
 
 def setup(cfg: TrainConfig, model, n_rows: int, device: torch.device, world: int = 1,
-          task: str = "single_label", loss_weights: torch.Tensor | None = None) -> Setup:
+          task: str = "single_label", loss_weights: torch.Tensor | None = None,
+          lengths: np.ndarray | None = None) -> Setup:
     """Optimizer, warmup + linear decay, GradScaler and batch plan for `model` (already on its
-    device, DDP-wrapped under Ray), in train mode: from_pretrained returns eval mode."""
+    device, DDP-wrapped under Ray), in train mode: from_pretrained returns eval mode.
+    `lengths` (the train rows' token counts) is needed by micro_batch_tokens auto, whose probe
+    runs at the longest row."""
     from transformers import get_linear_schedule_with_warmup
 
     precision = dev.choose_precision(cfg.precision, device)
+    model.train()
     optimizer = build_optimizer(model, cfg)
     steps = total_steps(n_rows, cfg)
     scheduler = get_linear_schedule_with_warmup(optimizer, int(cfg.warmup_ratio * steps), steps)
     spec = BatchSpec(global_batch=cfg.global_batch_size, world_size=world,
-                     micro_rows=cfg.micro_batch_size, micro_tokens=cfg.micro_batch_tokens,
+                     micro_rows=cfg.micro_batch_size, micro_tokens=0,
                      pad_multiple=dev.pad_multiple(cfg.pad_multiple, device), seed=cfg.seed,
                      pool_batches=cfg.pool_batches)
-    return Setup(model.train(), optimizer, scheduler, dev.grad_scaler(device, precision),
-                 precision, spec, steps, device, world, cfg.max_grad_norm, task,
-                 None if loss_weights is None else loss_weights.to(device))
+    tokens, note = autobatch.choose(cfg.micro_batch_tokens, model, device, precision, lengths,
+                                    spec)
+    # dynamic=None is torch.compile's automatic dynamic shapes: the first shape compiles a static
+    # graph, the first change of rows or width recompiles once with those sizes symbolic, and
+    # later shapes reuse that graph. dynamic=False would compile one graph per (rows, width) up
+    # to dynamo's recompile limit (8), then run eager; mark_dynamic by hand needs a call per batch.
+    compiled = torch.compile(model, dynamic=None) if cfg.compile else None
+    return Setup(model, optimizer, scheduler, dev.grad_scaler(device, precision), precision,
+                 dataclasses.replace(spec, micro_tokens=tokens), steps, device, world,
+                 cfg.max_grad_norm, task, None if loss_weights is None else loss_weights.to(device),
+                 compiled, note)
+
+
+def feed(s: Setup, data: TokenFile, path: Path, pad_id: int, rank: int = 0, epoch: int = 0,
+         index: int = 0, epochs: int = 1, loader_workers: int = 0, prefetch: int = 2):
+    """(step, host micro-batches) of this rank from (epoch, index) on, cut with `s.spec`. After
+    a step halved the token budget, the rest is planned again with the new one: the global
+    batches do not depend on the budget, only their cut into micro-batches does."""
+    while True:
+        spec = s.spec
+        plan = iterate_steps(data.lengths, spec, rank, epoch, index, epochs)
+        for step, batches in micro_batches(plan, data, path, pad_id, spec.pad_multiple,
+                                           loader_workers, prefetch, s.device.type == "cuda"):
+            yield step, batches
+            if s.spec != spec:
+                epoch, index = step.epoch, step.index + 1
+                break
+        else:
+            return
 
 
 def micro_batches(steps: Iterator[Step], data: TokenFile, path: Path, pad_id: int, multiple: int,
@@ -161,27 +201,50 @@ def micro_batches(steps: Iterator[Step], data: TokenFile, path: Path, pad_id: in
         yield from flush()
 
 
-def train_step(s: Setup, step: Step, batches: Iterator[dict], meter: StepMeter,
-               lengths: np.ndarray) -> StepResult:
-    """One optimizer step over this rank's micro-batches of `step`."""
+def accumulate(s: Setup, step: Step, batches: Iterator[dict], meter: StepMeter,
+               lengths: np.ndarray) -> torch.Tensor:
+    """Forward and backward of this rank's micro-batches of `step`, gradients summed in the
+    parameters; returns the step's loss, still on the device."""
+    model = s.model if s.compiled is None else s.compiled
     no_sync = getattr(s.model, "no_sync", contextlib.nullcontext)
     loss_sum = torch.zeros((), device=s.device)
+    rows_n = real = padded = 0
     for i, idx in enumerate(step.micro):
         with meter.waiting():
             host = next(batches)
         with meter.copying():
             batch = dev.to_device(host, s.device)
-        meter.count(len(idx), int(lengths[idx].sum()), int(np.prod(host["input_ids"].shape)))
+        rows_n, real = rows_n + len(idx), real + int(lengths[idx].sum())
+        padded += int(np.prod(host["input_ids"].shape))
         last = i == len(step.micro) - 1
         with meter.computing(), (contextlib.nullcontext() if last else no_sync()):
             with dev.autocast(s.device, s.precision):
-                logits = dev.forward(s.model, batch, host)
+                logits = dev.forward(model, batch, host)
             rows = tasks.row_loss(s.task, logits, batch["labels"], s.loss_weights)
             # Sum over this rank's rows / rows in the global batch; DDP averages gradients over
             # ranks, so x world makes the gradient that of the whole global batch's mean loss.
             loss = (rows * batch["weights"]).sum() * s.world / step.global_rows
             s.scaler.scale(loss).backward()
         loss_sum += loss.detach()
+    meter.count(rows_n, real, padded)  # once the step went through: a redone step counts once
+    return loss_sum
+
+
+def train_step(s: Setup, step: Step, batches: Iterator[dict], meter: StepMeter,
+               lengths: np.ndarray, gather: Callable[[np.ndarray], dict] | None = None
+               ) -> StepResult:
+    """One optimizer step over this rank's micro-batches of `step`. Given `gather` (row indices
+    -> host micro-batch), a CUDA out-of-memory error halves the token budget and redoes the
+    step cut finer (autobatch.redo; one worker only): the update is the one the smaller budget
+    would have made from the start, up to dropout's random masks."""
+    while True:
+        try:
+            loss_sum = accumulate(s, step, batches, meter, lengths)
+            break
+        except torch.OutOfMemoryError:
+            if gather is None:
+                raise
+        step, batches = autobatch.redo(s, step, batches, lengths, gather)
     with meter.computing():
         s.scaler.unscale_(s.optimizer)
         grad_norm = torch.nn.utils.clip_grad_norm_(s.model.parameters(),
@@ -196,6 +259,14 @@ def train_step(s: Setup, step: Step, batches: Iterator[dict], meter: StepMeter,
     # per step); a fill kernel does not.
     return StepResult(loss_sum, grad_norm.detach().float(),
                       torch.full((), skipped, device=s.device))
+
+
+def budget_facts(s: Setup) -> dict:
+    """The token budget in use and how it came about, for every report (a halving changes it)."""
+    note = s.budget_note + (f"; halved {s.halvings}x after CUDA out-of-memory errors"
+                            if s.halvings else "")
+    return {"micro_batch_tokens": s.spec.micro_tokens, "micro_batch_tokens_source": note,
+            "compiled": s.compiled is not None}
 
 
 def count_bad(bad: int, losses: list[float]) -> int:
@@ -298,7 +369,10 @@ def train(job: TrainJob, place: Place, report: Report, *, resume: Path | None = 
     model = wrap(load_model(job.model, job.model_source, list(job.labels), job.pad_id,
                             announce=place.rank == 0, task=job.task).to(device))
     s = setup(cfg, model, len(train_data), device, place.world, job.task,
-              tasks.loss_weights(job.task, cfg.class_weights, train_data.labels, list(job.labels)))
+              tasks.loss_weights(job.task, cfg.class_weights, train_data.labels, list(job.labels)),
+              lengths=train_data.lengths)
+    if place.rank == 0 and cfg.micro_batch_tokens == "auto":
+        print(f"[wellfed] micro_batch_tokens={s.spec.micro_tokens} ({s.budget_note})", flush=True)
     state = {"epoch": 0, "index": 0, "step": 0, "history": [],
              "best": selection.fresh(selection.resolve(cfg.select_metric, job.task))}
     if resume:  # a checkpoint from before best tracking has no record: start one
@@ -315,11 +389,11 @@ def train(job: TrainJob, place: Place, report: Report, *, resume: Path | None = 
              "device": name, "node": place.node, "peak_flops": meter.peak.flops,
              "peak_source": meter.peak.source}
     sampler = DeviceSampler(device).start()
-    plan = iterate_steps(train_data.lengths, s.spec, place.rank, state["epoch"], state["index"],
-                         cfg.epochs)
-    fed = micro_batches(plan, train_data, job.tokens_dir / "train.arrow", job.pad_id,
-                        s.spec.pad_multiple, job.data.loader_workers, job.data.prefetch,
-                        device.type == "cuda")
+    fed = feed(s, train_data, job.tokens_dir / "train.arrow", job.pad_id, place.rank,
+               state["epoch"], state["index"], cfg.epochs, job.data.loader_workers,
+               job.data.prefetch)
+    gather = functools.partial(collate, train_data, pad_id=job.pad_id,
+                               multiple=s.spec.pad_multiple)
     pending, values, bad = [], [], 0
     clock.add("setup", time.perf_counter() - started)
     with tempfile.TemporaryDirectory(prefix="wellfed-profile-") as traces, \
@@ -328,7 +402,7 @@ def train(job: TrainJob, place: Place, report: Report, *, resume: Path | None = 
             if state["step"] >= s.steps or (patience and state["best"]["since"] >= patience):
                 break  # planned steps done, or a resume of a run that had stopped early
             with clock("steps"):
-                values.append(train_step(s, step, batches, meter, train_data.lengths))
+                values.append(train_step(s, step, batches, meter, train_data.lengths, gather))
             if prof:
                 prof.step()
             state["step"] += 1
@@ -347,7 +421,7 @@ def train(job: TrainJob, place: Place, report: Report, *, resume: Path | None = 
             with clock("steps"):  # on a GPU, where the queued steps are waited for
                 close_interval(values, pending, place.world)
             bad = check_finite(bad, pending, cfg.max_bad_steps)
-            metrics = {**facts, "records": pending, **meter.interval(),
+            metrics = {**facts, **budget_facts(s), "records": pending, **meter.interval(),
                        "telemetry": sampler.snapshot(), "sampler": sampler.kind}
             new_best = early = False
             if do_eval:  # figures all-reduced: every rank takes the same decisions below
