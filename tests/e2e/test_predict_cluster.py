@@ -59,6 +59,7 @@ def write_input(path, kind: str):
     return path
 
 
+@pytest.mark.slow  # ~30 s each here: a model load per Ray worker, on 2 shared cores
 @pytest.mark.parametrize("kind", ["pair", "tags"])
 def test_two_workers_on_two_nodes_write_what_one_process_writes(cluster, models, tmp_path, kind):
     source = write_input(tmp_path / "new.csv", kind)
