@@ -14,6 +14,13 @@ from wellfed.config import SECTIONS, load_params
 PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
 
 
+def default(field: dataclasses.Field):
+    """A field's default; a mapping or list default is made by its factory."""
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return field.default
+
+
 def test_params_yaml_lists_every_key_with_the_dataclass_default():
     loaded = dict(zip(SECTIONS, load_params(PARAMS, *SECTIONS)))
     raw = yaml.safe_load(PARAMS.read_text())
@@ -23,9 +30,9 @@ def test_params_yaml_lists_every_key_with_the_dataclass_default():
             checked += 1
             if field.name not in raw.get(name, {}):
                 problems.append(f"{name}.{field.name} is missing from params.yaml")
-            elif getattr(loaded[name], field.name) != field.default:
+            elif getattr(loaded[name], field.name) != default(field):
                 problems.append(f"{name}.{field.name}: params.yaml says "
-                                f"{getattr(loaded[name], field.name)!r}, config.py {field.default!r}")
+                                f"{getattr(loaded[name], field.name)!r}, config.py {default(field)!r}")
     assert checked >= 40
     assert not problems, "; ".join(problems)
 

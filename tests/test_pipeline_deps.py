@@ -63,6 +63,7 @@ def missing_deps(stages: dict) -> dict[str, list[str]]:
     """stage -> wellfed files its script imports (plus config.py) that no dep covers."""
     missing = {}
     for name, stage in stages.items():
+        stage = stage.get("do", stage)  # a `foreach` stage: its template
         script = re.search(r"python\s+(stages/\S+\.py)", stage["cmd"])
         if not script:
             continue
@@ -81,7 +82,7 @@ def stages() -> dict:
 
 def test_every_stage_lists_the_modules_it_imports():
     found = stages()
-    assert len(found) == 4, sorted(found)
+    assert len(found) == 5, sorted(found)
     missing = missing_deps(found)
     assert not missing, "; ".join(f"dvc.yaml stage {s!r} imports {', '.join(m)} but does not list "
                                   "it in deps: add it" for s, m in missing.items())
@@ -92,6 +93,9 @@ def test_the_check_catches_a_planted_missing_dep():
     planted["evaluate"]["deps"] = [d for d in planted["evaluate"]["deps"]
                                    if d != "src/wellfed/data/batching.py"]
     assert missing_deps(planted) == {"evaluate": ["src/wellfed/data/batching.py"]}
+    planted["predict"]["do"]["deps"].remove("src/wellfed/cluster.py")  # a `foreach` stage too
+    assert missing_deps(planted) == {"evaluate": ["src/wellfed/data/batching.py"],
+                                     "predict": ["src/wellfed/cluster.py"]}
 
 
 def test_the_closure_follows_function_level_and_transitive_imports():

@@ -12,7 +12,8 @@ import pytest
 
 from test_serving import TEXTS, save_model
 from wellfed import serving
-from wellfed.predict import predict_file
+from wellfed.config import PredictConfig, load_params
+from wellfed.predict import input_chunks, predict_file, write_predictions
 
 
 @pytest.fixture(scope="module")
@@ -62,3 +63,53 @@ def test_bad_input_is_one_line_exit_1_and_no_output(tmp_path, pair_model):
         assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], lines
         assert not out.exists() and not list(tmp_path.glob(".out*"))
     assert len(cases) == 3
+
+
+def test_input_chunks_cover_every_row_once_in_order(tmp_path):
+    source = tmp_path / "new.jsonl"
+    source.write_text("".join(f'{{"sentence": "text {i}"}}\n' for i in range(18)),
+                      encoding="utf-8")
+    chunks = list(input_chunks(source, ["sentence"], chunk_rows=4))
+    assert [len(c) for c in chunks] == [4, 4, 4, 4, 2]
+    assert pd.concat(chunks)["row"].tolist() == list(range(18))
+    assert pd.concat(chunks)["text"].tolist() == [f"text {i}" for i in range(18)]
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".csv"])
+def test_predictions_out_of_input_order_are_refused_and_nothing_is_written(tmp_path, suffix):
+    def chunks():
+        yield pd.DataFrame({"row": [2, 3], "label": ["a", "b"]})
+        yield pd.DataFrame({"row": [0, 1], "label": ["a", "b"]})
+
+    out = tmp_path / f"out{suffix}"
+    with pytest.raises(RuntimeError, match=r"out of input order \(row 0 after 3\)"):
+        write_predictions(chunks(), out)
+    assert not out.exists() and not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".csv"])
+def test_an_input_with_no_rows_gives_a_readable_empty_output(tmp_path, pair_model, suffix):
+    source = tmp_path / "new.csv"
+    source.write_text("premise,hypothesis\n", encoding="utf-8")
+    out = tmp_path / f"out{suffix}"
+    assert predict_file(pair_model, source, out) == 0
+    frame = pd.read_parquet(out) if suffix == ".parquet" else pd.read_csv(out)
+    assert len(frame) == 0 and list(frame.columns) == ["row"]
+
+
+def test_predict_params_collect_every_problem_in_one_error(tmp_path):
+    params = tmp_path / "params.yaml"
+    params.write_text("predict:\n  inputs: {my file: new.csv, ok: ''}\n  workers: -1\n"
+                      "  chunk_rows: 0\n  text_column: [a, b, c]\n")
+    with pytest.raises(ValueError) as err:
+        load_params(params, "predict")
+    assert str(err.value) == (
+        f"{params}: predict.inputs name 'my file' names a stage and a file: use letters, "
+        "digits, _ and - only; predict.inputs.ok must be a file path; got ''; predict.text_column lists 3 columns; give 1, or 2 for a sentence pair; "
+        "predict.workers must be >= 0 (0 = no Ray); got -1; predict.chunk_rows must be >= 1; "
+        "got 0")
+    params.write_text("predict:\n  inputs: {new-pairs: data/new.tsv}\n"
+                      "  text_column: [premise, hypothesis]\n")
+    (cfg,) = load_params(params, "predict")
+    assert cfg.inputs == {"new-pairs": "data/new.tsv"} and PredictConfig().inputs == {}
+    assert cfg.text_columns() == ["premise", "hypothesis"] and PredictConfig().text_columns() == []

@@ -374,6 +374,58 @@ class MlflowConfig:
         return []
 
 
+@dataclass(frozen=True)
+class PredictConfig:
+    """`predict`: the optional predict stages (`dvc repro predict`): the exported model's
+    per-row predictions for unlabelled files."""
+
+    inputs: dict[str, str] = dataclasses.field(default_factory=dict)
+    """name -> an unlabelled file (any format prepare reads); each gets a stage `predict@name`
+    writing data/predictions/<name>.parquet. {} = no predict stage at all (the default)."""
+    text_column: str | int | list = ""
+    """The inputs' text column: a name or a 0-based position, a list of two for a sentence pair;
+    "" = the column(s) the model was trained on (its wellfed.json)."""
+    format: Literal["auto", "csv", "tsv", "jsonl", "parquet"] = "auto"
+    """File format; auto = from the extension, else sniffed from the content."""
+    header: bool = True
+    """CSV/TSV: line 1 names the columns; false = every line is data."""
+    quoting: Literal["auto", "none", "csv"] = "auto"
+    """CSV/TSV quotes, as prepare.quoting."""
+    workers: int = 0
+    """0 = predict in the stage's own process (one device); N = N Ray Data workers on the local
+    Ray or the cluster ray.address / $RAY_ADDRESS names, one GPU each when it has GPUs."""
+    chunk_rows: int = 8192
+    """Rows per model pass: bounds memory (one chunk of predictions at a time) and keeps the
+    length buckets full."""
+
+    def text_columns(self) -> list:
+        """The columns asked for as a list; [] = the model's own."""
+        if isinstance(self.text_column, list):
+            return list(self.text_column)
+        return [] if self.text_column == "" else [self.text_column]
+
+    def problems(self) -> list[str]:
+        out = []
+        if not isinstance(self.inputs, dict):
+            out.append(f"predict.inputs must map names to files, e.g. {{reviews: new.csv}}; "
+                       f"got {self.inputs!r}")
+        else:
+            for name, path in self.inputs.items():
+                if not re.fullmatch(r"[A-Za-z0-9_-]+", str(name)):
+                    out.append(f"predict.inputs name {name!r} names a stage and a file: use "
+                               "letters, digits, _ and - only")
+                if not isinstance(path, str) or not path:
+                    out.append(f"predict.inputs.{name} must be a file path; got {path!r}")
+        if isinstance(self.text_column, list) and not 1 <= len(self.text_column) <= 2:
+            out.append(f"predict.text_column lists {len(self.text_column)} columns; give 1, or 2 "
+                       "for a sentence pair")
+        if self.workers < 0:
+            out.append(f"predict.workers must be >= 0 (0 = no Ray); got {self.workers}")
+        if self.chunk_rows < 1:
+            out.append(f"predict.chunk_rows must be >= 1; got {self.chunk_rows}")
+        return out
+
+
 SECTIONS: dict[str, type] = {
     "prepare": PrepareConfig,
     "tokenize": TokenizeConfig,
@@ -382,6 +434,7 @@ SECTIONS: dict[str, type] = {
     "data": DataConfig,
     "ray": RayConfig,
     "mlflow": MlflowConfig,
+    "predict": PredictConfig,
 }
 
 
@@ -497,5 +550,6 @@ def flatten(sections: dict[str, Any]) -> dict[str, Any]:
 
 __all__ = [
     "PrepareConfig", "TokenizeConfig", "ModelConfig", "TrainConfig", "DataConfig", "RayConfig", "MlflowConfig",
+    "PredictConfig",
     "load_section", "load_params", "flatten", "SECTIONS",
 ]

@@ -11,13 +11,13 @@ import json
 import logging
 import os
 import shutil
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from wellfed import privacy, tasks, tracking
+from wellfed import tasks, tracking
 from wellfed.cli import Interrupted, StageError
+from wellfed.cluster import cluster_address, connect, local_token_auth
 from wellfed.data import staging
 from wellfed.data.shards import TokenFile
 from wellfed.telemetry.phases import Phases
@@ -83,31 +83,6 @@ def check_resources(ray_cfg: RayConfig, use_gpu: bool) -> None:
         "ray.cpus_per_worker, or add nodes")
 
 
-def quiet_ray_logs() -> None:
-    """Runs in every Ray worker process: keep the console for people, not Ray internals.
-
-    Ray 2.60 logs every `ray.train.report` payload at INFO under a logger named after its file
-    (so `LoggingConfig` does not reach it), and the placement-group cleaner warns once a second
-    when the state API (the dashboard, off here) is absent. On a busy machine the controller's
-    autoscaling-coordinator client warns, with a traceback, that its resource request timed out
-    ("safe to ignore", in Ray's own words). The payloads stay in Ray's log files; the warnings
-    of those two modules are dropped (their errors pass) by a filter on their logger, not by its
-    level: Ray Train's logging setup (dictConfig of `ray.train`) resets the level of every logger
-    under `ray.train` to NOTSET after this hook has run, but keeps filters.
-    The cleaner finds its cluster through RAY_ADDRESS; unset, it looks for Ray on this machine
-    and dies with a traceback when it finds two (two pipelines at once: `dvc queue start -j 2`).
-    """
-    import ray
-    from ray.train.v2._internal.execution import context
-    from ray.train.v2._internal.execution.controller import placement_group_cleaner
-    from ray.train.v2._internal.execution.scaling_policy import autoscaling_coordinator_client
-
-    logging.getLogger(context.__file__).setLevel(logging.WARNING)
-    for module in (placement_group_cleaner, autoscaling_coordinator_client):
-        logging.getLogger(module.__name__).addFilter(lambda record: record.levelno >= logging.ERROR)
-    os.environ.setdefault("RAY_ADDRESS", ray.get_runtime_context().gcs_address)
-
-
 def preflight(train_cfg: TrainConfig, ray_cfg: RayConfig) -> None:
     """Before Ray starts: what this machine can already tell about its own devices."""
     import torch
@@ -122,58 +97,6 @@ def preflight(train_cfg: TrainConfig, ray_cfg: RayConfig) -> None:
                          "to auto or false, or join a GPU cluster with RAY_ADDRESS")
     gpu = ray_cfg.use_gpu == "true" or (ray_cfg.use_gpu == "auto" and has_gpu)
     dev.choose_precision(train_cfg.precision, torch.device("cuda", 0) if gpu else torch.device("cpu"))
-
-
-def cluster_address(ray_cfg: RayConfig) -> str:
-    return ray_cfg.address or os.environ.get("RAY_ADDRESS", "")
-
-
-def local_token_auth(ray_cfg: RayConfig) -> None:
-    """A local cluster gets Ray's default, token authentication, asked for explicitly
-    (RAY_AUTH_MODE=token) so Ray does not print a warning about choosing it on every run.
-    Ray reads the variable once, when it is imported: set it only before that (a process that
-    imported Ray already keeps Ray's own default and its warning)."""
-    if not cluster_address(ray_cfg) and "ray" not in sys.modules:
-        os.environ.setdefault("RAY_AUTH_MODE", "token")
-
-
-def connect(ray_cfg: RayConfig) -> None:
-    import ray
-
-    address = cluster_address(ray_cfg)
-    # RAY_TRAIN_ENABLE_PRINT_PATCH=0: Ray Train's print patch sends a worker's print() both to
-    # stdout and, through the root logger, to stderr; Ray forwards both, so every line a
-    # worker printed reached the console twice. (A variable exported here still wins: Ray
-    # Train passes its own variables on to the workers.)
-    env = {"env_vars": {k: os.environ[k] for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
-                                                  "WELLFED_CACHE", "MLFLOW_LOGGING_LEVEL")
-                        if k in os.environ}
-                       | {"TOKENIZERS_PARALLELISM": "false", "RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}
-                       | privacy.worker_env(),  # telemetry off on every node, `ray start` ones too
-           "worker_process_setup_hook": "wellfed.train.driver.quiet_ray_logs"}
-    if address:
-        # Workers on other nodes get this package through the runtime environment; its
-        # dependencies must be installed there (see README, "Scale out").
-        import wellfed
-
-        env["py_modules"] = [str(Path(wellfed.__file__).parent)]
-        ray.init(address=address, runtime_env=env, log_to_driver=True,
-                 logging_level=logging.WARNING)
-    else:
-        # One machine: no other node whose drain Ray Train's preemption watcher could announce.
-        # Without the watcher Ray does not log, as an error, a note on the watcher's own actor
-        # options on every run (`core_worker.cc ... PreemptionWatcher ... max_restarts > 0`).
-        env["env_vars"]["RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"] = "0"
-        # Ray starts workers at nice 15 (the raylet's worker_niceness), so on a small machine
-        # the training worker yields the cores to Ray's own actors and the driver: measured here
-        # at ~176% of 2 cores. A local cluster runs nothing else of ours: full priority.
-        env["env_vars"]["RAY_worker_niceness"] = "0"
-        # address="local": never attach to a cluster some earlier `ray start` left recorded.
-        ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, runtime_env=env,
-                 log_to_driver=True, logging_level=logging.WARNING)
-    res = ray.cluster_resources()
-    log.info("ray: %s, %d node(s), %g CPUs, %g GPUs", address or "local",
-             len([n for n in ray.nodes() if n["Alive"]]), res.get("CPU", 0), res.get("GPU", 0))
 
 
 def check_request(train_cfg: TrainConfig, ray_cfg: RayConfig) -> None:
