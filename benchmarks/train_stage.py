@@ -56,6 +56,7 @@ def env() -> dict:
 
 def make_project(root: Path, rows: int) -> Path:
     """A scratch copy of the pipeline with the first `rows` SST-2 train rows and SST-2 dev."""
+    root.mkdir(parents=True)
     for name in ("params.yaml", "dvc.yaml"):
         shutil.copy(PROJECT / name, root / name)
     shutil.copytree(PROJECT / "stages", root / "stages",
