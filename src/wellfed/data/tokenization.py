@@ -20,14 +20,31 @@ from tqdm import tqdm
 from wellfed.data.shards import TokenBatch
 
 
-def token_stats(lengths: np.ndarray, truncated: int) -> dict:
-    if len(lengths) == 0:
+def token_stats(rows_per_length: np.ndarray, truncated: int) -> dict:
+    """Rows, tokens and the length distribution from `rows_per_length[n]` (rows of n tokens):
+    a histogram as long as max_length instead of one number per row, so memory does not grow
+    with rows. Percentiles interpolate as np.percentile does on the lengths themselves."""
+    counts = np.asarray(rows_per_length, np.int64)
+    rows = int(counts.sum())
+    if rows == 0:
         return {"rows": 0, "tokens": 0, "truncated_rows": truncated}
-    p50, p90, p99 = np.percentile(lengths, [50, 90, 99])
-    return {"rows": int(len(lengths)), "tokens": int(lengths.sum()),
-            "length_mean": round(float(lengths.mean()), 2), "length_p50": round(float(p50), 2),
-            "length_p90": round(float(p90), 2), "length_p99": round(float(p99), 2), "length_max": int(lengths.max()),
-            "truncated_rows": int(truncated)}
+    tokens = int(counts @ np.arange(len(counts), dtype=np.int64))
+    p50, p90, p99 = (_percentile(counts, rows, q) for q in (50, 90, 99))
+    return {"rows": rows, "tokens": tokens,
+            "length_mean": round(tokens / rows, 2), "length_p50": round(p50, 2),
+            "length_p90": round(p90, 2), "length_p99": round(p99, 2),
+            "length_max": int(np.flatnonzero(counts)[-1]), "truncated_rows": int(truncated)}
+
+
+def _percentile(counts: np.ndarray, rows: int, q: float) -> float:
+    """np.percentile's default ("linear") on the sorted lengths the histogram stands for."""
+    ends = np.cumsum(counts)
+    fraction = q / 100
+    index = rows * fraction + (1 + fraction * -1) - 1  # numpy's virtual index, alpha = beta = 1
+    below = min(max(int(np.floor(index)), 0), rows - 1)
+    t = index - np.floor(index)
+    a, b = (float(np.searchsorted(ends, i, side="right")) for i in (below, min(below + 1, rows - 1)))
+    return b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t  # numpy's _lerp
 
 
 def label_array(column) -> np.ndarray:
@@ -47,7 +64,7 @@ class SplitTokenizer:
         self.max_length = max_length
         self.batch_rows = batch_rows
         self.truncated = 0
-        self.lengths: list[np.ndarray] = []
+        self.rows_per_length = np.zeros(max_length + 1, np.int64)  # for stats(); bounded
 
     def encode(self, texts: list[str], pairs: list[str] | None = None,
                segments: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
@@ -77,12 +94,15 @@ class SplitTokenizer:
             values, lengths, starts = self.encode(
                 batch.column("text").to_pylist(),
                 batch.column("text_pair").to_pylist() if pair else None, segments and pair)
-            self.lengths.append(lengths)
+            seen = np.bincount(lengths)
+            if len(seen) > len(self.rows_per_length):
+                self.rows_per_length = np.pad(self.rows_per_length,
+                                              (0, len(seen) - len(self.rows_per_length)))
+            self.rows_per_length[:len(seen)] += seen
             bar.update(len(lengths))
             yield TokenBatch(values, lengths, label_array(batch.column("label")),
                              batch.column("row_id").to_numpy(), starts)
         bar.close()
 
     def stats(self) -> dict:
-        lengths = np.concatenate(self.lengths) if self.lengths else np.zeros(0, np.int32)
-        return token_stats(lengths, self.truncated)
+        return token_stats(self.rows_per_length, self.truncated)
