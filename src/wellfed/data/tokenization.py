@@ -44,7 +44,7 @@ def _percentile(counts: np.ndarray, rows: int, q: float) -> float:
     below = min(max(int(np.floor(index)), 0), rows - 1)
     t = index - np.floor(index)
     a, b = (float(np.searchsorted(ends, i, side="right")) for i in (below, min(below + 1, rows - 1)))
-    return b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t  # numpy's _lerp
+    return float(b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t)  # numpy's _lerp
 
 
 def label_array(column) -> np.ndarray:
