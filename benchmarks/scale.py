@@ -50,6 +50,7 @@ GATHERS = 2_000  # random 32-row batches timed per file
 TARGET_RSS_MB = 1536
 TARGET_GATHER = 0.9  # 64-bit offsets gather at >= 0.9x the speed of 32-bit ones
 CSV_CHUNK = 200_000
+PAST = 2**31  # rows whose tokens start past here are checked: where 32-bit offsets would end
 
 
 def vocabulary() -> list[str]:
@@ -181,7 +182,7 @@ def token_file(tmp: Path, rows: int) -> dict:
     written = json.loads(proc.stdout.strip().splitlines()[-1])
     print(f"[bench] scale: token file {written}", flush=True)
     data = TokenFile(path)
-    past = int(np.searchsorted(data.offsets, 2**31, side="right"))  # first row past 2^31 tokens
+    past = int(np.searchsorted(data.offsets, PAST, side="right"))  # first row past 2^31 tokens
     checked = 0
     if past < len(data):
         rng = np.random.default_rng(1)
