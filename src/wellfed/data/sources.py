@@ -215,7 +215,7 @@ def _decode_error(path: Path, at: int) -> ValueError:
 def _text_facts(path: Path, size: int) -> tuple[bool, bool]:
     """(whether the file holds a quote character, whether it holds more than whitespace). Going
     through it first also finds bytes that are not UTF-8 before any row is parsed, as reading
-    the file whole did (~0.5 s per GB)."""
+    the file whole did (~2 s of CPU per GB)."""
     quotes = text = False
     for piece in _decoded(path, size):
         quotes = quotes or '"' in piece
@@ -363,7 +363,8 @@ def _delimited(path: Path, sep: str, header: bool, quoting: str,
     quote); none reads quotes as plain characters; auto is csv unless the file only parses with
     quotes as plain characters (a quote closed mid-field, as in `"Hello" she said`). Auto
     decides on the whole file before the first block: a file holding quotes is parsed through
-    once without building rows (the csv module alone: a few seconds per GB)."""
+    once without building rows, ~20 s of CPU per GB (a third of reading it in blocks, 63 s per
+    GB); quoting csv or none skips that pass."""
     quotes, text = _text_facts(path, size)
     if not text:
         needs = "a header row and data rows" if header else "data rows"
