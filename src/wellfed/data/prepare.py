@@ -236,6 +236,32 @@ def _objects(values: list) -> np.ndarray:
     return out
 
 
+def _count_invalid(scan: _Scan, block: pd.DataFrame, empty: np.ndarray,
+                   missing: np.ndarray) -> None:
+    """Add a block's empty texts and missing labels to the scan: how many, and the first."""
+    for reason, mask in (("empty_text", empty), ("missing_label", missing)):
+        record = scan.invalid[reason]
+        if mask.any():
+            first = np.flatnonzero(mask)[0]
+            record[0] += int(mask.sum())
+            if record[1] is None:
+                record[1], record[2] = int(block["row"].iat[first]), block["label"].iat[first]
+
+
+def _scratch_rows(block: pd.DataFrame, keep: np.ndarray, labels: np.ndarray,
+                  lists: bool) -> pa.Table:
+    """A block's kept rows as the scratch file holds them: row, text[, text_pair], label (a
+    string, or a list of strings for multi-label and several targets)."""
+    columns = {"row": pa.array(block["row"].to_numpy(np.int64)[keep])}
+    for name in ("text", "text_pair"):
+        if name in block:
+            columns[name] = pa.array(block[name].to_numpy(object)[keep], pa.string())
+    columns["label"] = (pa.array(labels.tolist(), pa.list_(pa.string())) if lists else
+                        pa.array([v if isinstance(v, str) else str(v) for v in labels],
+                                 pa.string()))
+    return pa.table(columns)
+
+
 def _scan(blocks: Blocks, where: str, task: str | None, cfg: PrepareConfig, labels: _Labels,
           scratch: Path, evidence: LabelEvidence | None = None) -> _Scan:
     """The first pass over one split (see the module docstring). Task None (train, task: auto):
@@ -278,14 +304,7 @@ def _scan(blocks: Blocks, where: str, task: str | None, cfg: PrepareConfig, labe
                     stripped[column] = block[column].str.strip()
                     empty |= (block[column].isna() | (stripped[column] == "")).to_numpy(bool)
             missing &= ~empty
-            for reason, mask in (("empty_text", empty), ("missing_label", missing)):
-                record = scan.invalid[reason]
-                if mask.any():
-                    first = np.flatnonzero(mask)[0]
-                    record[0] += int(mask.sum())
-                    if record[1] is None:
-                        record[1], record[2] = int(block["row"].iat[first]), block["label"].iat[first]
-
+            _count_invalid(scan, block, empty, missing)
             keep = ~(empty | missing)
             if not keep.any():
                 continue
@@ -305,16 +324,7 @@ def _scan(blocks: Blocks, where: str, task: str | None, cfg: PrepareConfig, labe
                                  np.int64)
                 kept["label"].append(coded[at])
             lists = scan.task == "multi_label" or len(cfg.label_columns()) > 1
-            values = _objects(normal)[at]
-            columns = {"row": pa.array(rows),
-                       "text": pa.array(block["text"].to_numpy(object)[keep], pa.string())}
-            if scan.pair:
-                columns["text_pair"] = pa.array(block["text_pair"].to_numpy(object)[keep],
-                                                pa.string())
-            columns["label"] = (pa.array(values.tolist(), pa.list_(pa.string())) if lists else
-                                pa.array([v if isinstance(v, str) else str(v) for v in values],
-                                         pa.string()))
-            table = pa.table(columns)
+            table = _scratch_rows(block, keep, _objects(normal)[at], lists)
             writer = writer or pq.ParquetWriter(scratch, table.schema)
             writer.write_table(table)
     finally:
@@ -334,7 +344,7 @@ def _scan(blocks: Blocks, where: str, task: str | None, cfg: PrepareConfig, labe
 def _labels_at(scan: _Scan, positions: list[int]) -> list:
     """The labels of a few kept rows (for a message), read back from the scratch file."""
     wanted, found, start = sorted(set(positions)), {}, 0
-    for batch in pq.ParquetFile(scan.scratch).iter_batches(columns=["label"]):
+    for batch in pq.ParquetFile(scan.scratch, pre_buffer=False).iter_batches(columns=["label"]):
         end = start + batch.num_rows
         for p in wanted:
             if start <= p < end:
@@ -470,14 +480,36 @@ def _carve(scan: _Scan, keep: np.ndarray, fraction: float, seed: int, where: str
                          f"{fraction:g} of {_plural(len(texts), 'distinct text')} is "
                          f"{_plural(n_val, 'validation row')}, fewer than the {classes} "
                          f"classes (each needs one); {fix}")
-    # Codes ranked as their labels sort: the splitter then sees the classes in the order it
-    # would see the label strings in, and draws the same rows.
+    # Codes ranked as their labels sort: the split then sees the classes in the order it would
+    # see the label strings in, and draws the same rows.
     order = sorted(range(len(labels.values)), key=labels.values.__getitem__)
     rank = np.empty(len(order), np.int64)
     rank[order] = np.arange(len(order))
-    _, held = train_test_split(np.arange(len(texts)), test_size=n_val, random_state=seed,
-                               stratify=rank[codes])
+    held = stratified_held(rank[codes], n_val, seed)
     return keep & _isin(scan.key, scan.key[texts[held]])
+
+
+def stratified_held(classes: np.ndarray, n_held: int, seed: int) -> np.ndarray:
+    """The positions `train_test_split(range(len(classes)), test_size=n_held,
+    random_state=seed, stratify=classes)` holds out, drawn with the same random calls on numpy
+    arrays: sklearn's StratifiedShuffleSplit gathers the train side in a Python list of numpy
+    scalars, ~40 bytes a row (~360 MB for 9M texts). tests/data/test_prepare.py compares the
+    two."""
+    from sklearn.utils.extmath import _approximate_mode
+
+    _, of_row, counts = np.unique(classes, return_inverse=True, return_counts=True)
+    by_class = np.split(np.argsort(of_row, kind="stable"), np.cumsum(counts)[:-1])
+    rng = np.random.RandomState(seed)
+    n_train = len(classes) - n_held
+    train_i = _approximate_mode(counts, n_train, rng)
+    held_i = _approximate_mode(counts - train_i, n_held, rng)
+    train, held = [], []
+    for i, rows in enumerate(by_class):
+        drawn = rows.take(rng.permutation(counts[i]), mode="clip")
+        train.append(drawn[:train_i[i]])
+        held.append(drawn[train_i[i]:train_i[i] + held_i[i]])
+    rng.permutation(np.concatenate(train))  # sklearn shuffles the train side first
+    return rng.permutation(np.concatenate(held))
 
 
 def _isin(values: np.ndarray, among: np.ndarray) -> np.ndarray:
@@ -581,8 +613,10 @@ def _output(scan: _Scan, mask: np.ndarray, names: list[str], labels: _Labels,
     else:
         encode = lambda at: list(scan.targets[at])  # noqa: E731
     columns = ["row", "text"] + (["text_pair"] if scan.pair else [])
-    start, batches = 0, (pq.ParquetFile(scan.scratch).iter_batches(OUT_ROWS, columns=columns)
-                         if scan.scratch.exists() else [])
+    # pre_buffer=False: pre-buffered reads stay cached for the reader's life, so memory grew
+    # with the file (+310 MB over a 3M-row scratch file; flat without).
+    source = pq.ParquetFile(scan.scratch, pre_buffer=False) if scan.scratch.exists() else None
+    start, batches = 0, source.iter_batches(OUT_ROWS, columns=columns) if source else []
     yielded = False
     for batch in batches:
         at = start + np.flatnonzero(mask[start:start + batch.num_rows])

@@ -484,7 +484,7 @@ def _parquet_frames(path: Path, text_columns: list, size: int) -> Iterator[pd.Da
         return ValueError(f"{path}: not a readable Parquet file ({err}); check the format")
 
     try:
-        source = pq.ParquetFile(path)
+        source = pq.ParquetFile(path, pre_buffer=False)  # pre-buffered reads pile up
     except (pa.ArrowInvalid, OSError) as err:
         raise unreadable(err) from None
     schema = source.schema_arrow
