@@ -203,6 +203,8 @@ class _Scan:
     key: np.ndarray = field(default_factory=_hash_array)
     label: np.ndarray = field(default_factory=_hash_array)
     targets: np.ndarray | None = None
+    repeated: np.ndarray | None = None
+    """Rows whose text occurs more than once (set when cleaning)."""
 
 
 def _normalised(labels: list, missing: np.ndarray, task: str, cfg: PrepareConfig) -> list:
@@ -356,31 +358,39 @@ def _labels_at(scan: _Scan, positions: list[int]) -> list:
 
 # ---------------------------------------------------------------- across rows: on the arrays
 
-def _conflicts(key: np.ndarray, label: np.ndarray) -> tuple[np.ndarray, int, list[list[int]]]:
+def _repeated(key: np.ndarray) -> np.ndarray:
+    """Rows whose text occurs more than once in the split: the only ones that can conflict,
+    repeat or stand behind another copy in the carve-out. The one hash table over every row
+    (~250 MB at 10M rows); the other checks hash just these."""
+    return pd.Series(key).duplicated(keep=False).to_numpy()
+
+
+def _conflicts(key: np.ndarray, label: np.ndarray,
+               repeated: np.ndarray) -> tuple[np.ndarray, int, list[list[int]]]:
     """Rows whose text also occurs with another label, how many such texts there are, and the
     positions of the first rows (up to 4) of the first few such texts, in order of first
     occurrence."""
     mask = np.zeros(len(key), bool)
-    repeated = np.flatnonzero(pd.Series(key).duplicated(keep=False).to_numpy())
-    if not len(repeated):  # only a text that occurs twice can conflict
+    rows = np.flatnonzero(repeated)
+    if not len(rows):
         return mask, 0, []
-    pairs = pd.DataFrame({"key": key[repeated], "label": label[repeated]})
+    pairs = pd.DataFrame({"key": key[rows], "label": label[rows]})
     per_text = pairs.groupby("key", sort=False)["label"].nunique()
     several = per_text.index[per_text > 1]
-    mask[repeated[pairs["key"].isin(several).to_numpy()]] = True
+    mask[rows[pairs["key"].isin(several).to_numpy()]] = True
     at = np.flatnonzero(mask)
     examples = [at[key[at] == k][:4].tolist() for k in pd.unique(key[at])[:SHOWN]]
     return mask, len(several), examples
 
 
-def _duplicates(key: np.ndarray, label: np.ndarray, keep: np.ndarray) -> np.ndarray:
+def _duplicates(key: np.ndarray, label: np.ndarray, keep: np.ndarray,
+                repeated: np.ndarray) -> np.ndarray:
     """Kept rows repeating an earlier kept row's text and label (the first one not counted)."""
     dup = np.zeros(len(key), bool)
-    kept = np.flatnonzero(keep)
-    repeated = kept[pd.Series(key[kept]).duplicated(keep=False).to_numpy()]
-    if len(repeated):
-        again = pd.DataFrame({"key": key[repeated], "label": label[repeated]}).duplicated()
-        dup[repeated[again.to_numpy()]] = True
+    rows = np.flatnonzero(keep & repeated)
+    if len(rows):
+        again = pd.DataFrame({"key": key[rows], "label": label[rows]}).duplicated()
+        dup[rows[again.to_numpy()]] = True
     return dup
 
 
@@ -407,7 +417,8 @@ def _clean(scan: _Scan, cfg: PrepareConfig) -> tuple[SplitReport, np.ndarray]:
         report.dropped[reason] = count
 
     keep = np.ones(len(scan.row), bool)
-    conflict, texts, examples = _conflicts(scan.key, scan.label)
+    scan.repeated = _repeated(scan.key)
+    conflict, texts, examples = _conflicts(scan.key, scan.label, scan.repeated)
     report.conflicts = {"texts": texts, "rows": int(conflict.sum()),
                         "first_rows": [[int(scan.row[p]) + 1 for p in group] for group in examples]}
     if texts and cfg.on_conflict == "error":
@@ -421,7 +432,7 @@ def _clean(scan: _Scan, cfg: PrepareConfig) -> tuple[SplitReport, np.ndarray]:
     if cfg.on_conflict == "drop":
         report.dropped["conflict"] = int(conflict.sum())
         keep &= ~conflict
-    dup = _duplicates(scan.key, scan.label, keep)
+    dup = _duplicates(scan.key, scan.label, keep, scan.repeated)
     report.duplicates_found = int(dup.sum())
     if cfg.drop_duplicates:
         report.dropped["duplicate"] = int(dup.sum())
@@ -434,7 +445,7 @@ def _clean(scan: _Scan, cfg: PrepareConfig) -> tuple[SplitReport, np.ndarray]:
 
 def _present(scan: _Scan, mask: np.ndarray, labels: _Labels) -> list:
     """The distinct labels of the rows in `mask` (classification)."""
-    return [labels.values[c] for c in np.unique(scan.label[mask])]
+    return [labels.values[c] for c in np.flatnonzero(np.bincount(scan.label[mask]))]
 
 
 def _carve(scan: _Scan, keep: np.ndarray, fraction: float, seed: int, where: str,
@@ -444,8 +455,11 @@ def _carve(scan: _Scan, keep: np.ndarray, fraction: float, seed: int, where: str
     same side, so validation never repeats a train text. Returns the validation rows' mask."""
     from sklearn.model_selection import train_test_split  # ~1-3 s to import: only when carving
 
-    kept = np.flatnonzero(keep)
-    texts = kept[~pd.Series(scan.key[kept]).duplicated().to_numpy()]  # a text's first row
+    first = keep.copy()  # a text's first kept row stands for it
+    again = np.flatnonzero(keep & scan.repeated)
+    first[again[pd.Series(scan.key[again]).duplicated().to_numpy()]] = False
+    texts = np.flatnonzero(first)
+    del first, again
     if not stratify:
         _, held = train_test_split(np.arange(len(texts)), random_state=seed,
                                    test_size=max(1, int(round(len(texts) * fraction))))
@@ -497,7 +511,9 @@ def stratified_held(classes: np.ndarray, n_held: int, seed: int) -> np.ndarray:
     two."""
     from sklearn.utils.extmath import _approximate_mode
 
-    _, of_row, counts = np.unique(classes, return_inverse=True, return_counts=True)
+    counts = np.bincount(classes)  # classes are small ints: np.unique without its sort
+    of_row = (np.cumsum(counts > 0) - 1)[classes]
+    counts = counts[counts > 0]
     by_class = np.split(np.argsort(of_row, kind="stable"), np.cumsum(counts)[:-1])
     rng = np.random.RandomState(seed)
     n_train = len(classes) - n_held
@@ -513,7 +529,10 @@ def stratified_held(classes: np.ndarray, n_held: int, seed: int) -> np.ndarray:
 
 
 def _isin(values: np.ndarray, among: np.ndarray) -> np.ndarray:
-    """np.isin by hashing `among` (pandas) rather than sorting both: less memory at 10M rows."""
+    """np.isin with a hash table of the smaller side (pandas) instead of sorting both: less
+    memory when one side has 10M rows."""
+    if len(among) > len(values):
+        among = among[pd.Series(among).isin(values).to_numpy()]
     return pd.Series(values).isin(among).to_numpy()
 
 
