@@ -499,7 +499,9 @@ def _carve(scan: _Scan, keep: np.ndarray, fraction: float, seed: int, where: str
     order = sorted(range(len(labels.values)), key=labels.values.__getitem__)
     rank = np.empty(len(order), np.int64)
     rank[order] = np.arange(len(order))
-    held = stratified_held(rank[codes], n_val, seed)
+    classes = rank[codes]
+    del codes
+    held = stratified_held(classes, n_val, seed)
     return keep & _isin(scan.key, scan.key[texts[held]])
 
 
@@ -515,16 +517,18 @@ def stratified_held(classes: np.ndarray, n_held: int, seed: int) -> np.ndarray:
     of_row = (np.cumsum(counts > 0) - 1)[classes]
     counts = counts[counts > 0]
     by_class = np.split(np.argsort(of_row, kind="stable"), np.cumsum(counts)[:-1])
+    del of_row
     rng = np.random.RandomState(seed)
     n_train = len(classes) - n_held
     train_i = _approximate_mode(counts, n_train, rng)
     held_i = _approximate_mode(counts - train_i, n_held, rng)
-    train, held = [], []
+    held = []
     for i, rows in enumerate(by_class):
-        drawn = rows.take(rng.permutation(counts[i]), mode="clip")
-        train.append(drawn[:train_i[i]])
-        held.append(drawn[train_i[i]:train_i[i] + held_i[i]])
-    rng.permutation(np.concatenate(train))  # sklearn shuffles the train side first
+        order = rng.permutation(counts[i])
+        held.append(rows.take(order[train_i[i]:train_i[i] + held_i[i]], mode="clip"))
+    # sklearn shuffles the train side next: the same draws, without building it (a shuffle's
+    # draws depend only on the length).
+    rng.permutation(int(train_i.sum()))
     return rng.permutation(np.concatenate(held))
 
 
