@@ -76,7 +76,11 @@ def write_token_file(path: str | Path, batches: Iterable[TokenBatch],
         schema = table.schema.with_metadata(metadata or {})
         with open(path, "wb", buffering=0) as sink:
             copier = _KernelCopy(sink, [(columns[name], scratch[name]) for name in columns])
-            with pa.ipc.new_file(pa.PythonFile(copier, mode="w"), schema) as writer:
+            # allow_64bit: without it Arrow refuses a column past 2^31 - 1 values (the token
+            # ids of a split past 2^31 tokens), whatever its offsets' width.
+            options = pa.ipc.IpcWriteOptions(allow_64bit=True)
+            with pa.ipc.new_file(pa.PythonFile(copier, mode="w"), schema,
+                                 options=options) as writer:
                 writer.write_batch(table)
         return rows
     finally:
