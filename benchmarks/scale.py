@@ -18,7 +18,7 @@
 
 Everything lives in one temporary folder (~27 GB at the peak of (b): the token file and its
 scratch copy), deleted at the end; free space is checked first and the sizes are cut to fit.
-Not in run_all's list: on this 2-core machine it takes ~25 minutes.
+Not in run_all's list: on this 2-core machine it takes ~11 minutes.
 
 usage: python benchmarks/scale.py [--rows N] [--tokens N]
 """

@@ -777,48 +777,6 @@ def label_names(train_labels: pd.Series, where: str, task: str = "single_label",
         return values
 
 
-def encode_labels(frame: pd.DataFrame, names: list[str], where: str,
-                  task: str = "single_label") -> np.ndarray | list:
-    """Single-label: class ids (int64); multi-label: a 0/1 vector per row; regression: the
-    target values per row (float32 vectors)."""
-    if task == "regression":
-        return regression_targets(frame, names, where)
-    ids = {name: i for i, name in enumerate(names)}
-    seen = ({p for v in frame["label"] for p in v} if task == "multi_label"
-            else set(frame["label"]))
-    unknown = sorted(seen - set(ids))
-    if unknown:
-        holds = (frame["label"].map(lambda v: unknown[0] in v) if task == "multi_label"
-                 else frame["label"] == unknown[0])
-        row = int(frame.loc[holds, "row"].iloc[0])
-        shown = ", ".join(map(repr, names[:10])) + (f", ... ({len(names)} in all)"
-                                                      if len(names) > 10 else "")
-        others = f" and {_plural(len(unknown) - 1, 'other label')}" if len(unknown) > 1 else ""
-        raise ValueError(f"{where}: label {unknown[0]!r} (data row {row + 1}){others} never "
-                         f"occurs in train (train labels: {shown}); fix the label or add train "
-                         "examples")
-    if task == "multi_label":
-        hot = np.zeros((len(frame), len(names)), np.float32)
-        for i, labels in enumerate(frame["label"]):
-            hot[i, [ids[p] for p in labels]] = 1.0
-        return list(hot)
-    return frame["label"].map(ids).to_numpy(np.int64)
-
-
-def regression_targets(frame: pd.DataFrame, names: list[str], where: str) -> list:
-    rows = frame["label"].map(lambda v: v if isinstance(v, tuple) else (v,))
-    values = rows.map(lambda parts: [number(p) for p in parts])
-    bad = values.map(lambda vs: None in vs)
-    if bad.any():
-        at = bad.to_numpy().nonzero()[0][0]
-        shown = rows.iloc[at]
-        raise ValueError(f"{where}: data row {int(frame['row'].iloc[at]) + 1} has the label "
-                         f"{shown[0] if len(shown) == 1 else shown!r}, not a number "
-                         f"({int(bad.sum())} such row{'s' if bad.sum() > 1 else ''}); a "
-                         "regression needs numeric labels: fix them, or set prepare.task")
-    return list(np.asarray(values.tolist(), np.float32).reshape(len(frame), len(names)))
-
-
 def single_row_classes(train: pd.DataFrame, where: str) -> list[str]:
     counts = train["label"].value_counts()
     single = counts.index[counts == 1]
