@@ -3,7 +3,9 @@
 usage: python stages/prepare.py RAW_DIR PREPARED_DIR REPORT_JSON
 """
 
+import functools
 import logging
+import tempfile
 from pathlib import Path
 
 import pyarrow as pa
@@ -28,23 +30,38 @@ def main(raw_dir, prepared_dir, report_json):
         if cfg.hub_dataset:
             frame = sources.read_hub(cfg.hub_dataset, cfg.hub_config, name, cfg.text_column,
                                      cfg.label_column)
-            raw[split] = (frame, f"hub:{cfg.hub_dataset}/{name}")
+            raw[split] = (lambda frame=frame: [frame], f"hub:{cfg.hub_dataset}/{name}")
         else:
             path = Path(raw_dir) / name
-            frame = sources.read_file(path, cfg.format, cfg.text_column, cfg.label_column,
-                                      header=cfg.header, quoting=cfg.quoting)
-            raw[split] = (frame, str(path))
-    splits, names, report = prepare.prepare_splits(raw, cfg)
-    with atomic_path(prepared_dir, is_dir=True) as tmp:
-        for split, frame in splits.items():
-            pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp / f"{split}.parquet")
-        write_json(tmp / "labels.json", {"names": names, "task": report["task"],
-                                         "text_columns": [str(c) for c in cfg.text_columns()]})
+            raw[split] = (functools.partial(sources.iter_file, path, cfg.format, cfg.text_column,
+                                            cfg.label_column, header=cfg.header,
+                                            quoting=cfg.quoting), str(path))
+    # The first pass keeps the cleaned rows in the temp folder (about the raw data's size).
+    with tempfile.TemporaryDirectory(prefix="wellfed-prepare-") as scratch:
+        splits, names, report = prepare.prepare_blocks(raw, cfg, Path(scratch))
+        with atomic_path(prepared_dir, is_dir=True) as tmp:
+            for split, frames in splits.items():
+                write_parquet(tmp / f"{split}.parquet", frames)
+            write_json(tmp / "labels.json", {"names": names, "task": report["task"],
+                                             "text_columns": [str(c) for c in cfg.text_columns()]})
     write_json(report_json, report)
     for line in prepare.summary(report, report_json):
         print(f"[wellfed] {line}")
     for warning in report["warnings"]:  # after the outputs: an error stays the only stderr line
         log.warning("warning: %s", warning)
+
+
+def write_parquet(path: Path, frames) -> None:
+    """One Parquet file from a split's frames, as they come."""
+    writer = None
+    try:
+        for frame in frames:
+            table = pa.Table.from_pandas(frame, preserve_index=False)
+            writer = writer or pq.ParquetWriter(path, table.schema)
+            writer.write_table(table)
+    finally:
+        if writer is not None:
+            writer.close()
 
 
 if __name__ == "__main__":

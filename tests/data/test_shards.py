@@ -1,3 +1,5 @@
+import errno
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -95,3 +97,78 @@ def test_files_with_32_bit_list_offsets_still_read(tmp_path):
         writer.write_batch(batch)
     tf = TokenFile(path)
     np.testing.assert_array_equal(tf.gather(np.array([3, 7]), 0)["input_ids"][1, :len(rows[7])], rows[7])
+
+
+def reference(path, rows, labels, row_ids, segments=None):
+    """The same split written by Arrow from memory in one go: what the streaming writer must
+    produce byte for byte."""
+    lengths = np.array([len(r) for r in rows], np.int32)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    ids = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(np.concatenate(rows), pa.int32()))
+    label = (pa.array(labels) if labels.ndim == 1 else
+             pa.FixedSizeListArray.from_arrays(pa.array(labels.ravel()), labels.shape[1]))
+    columns = [ids, label, pa.array(lengths), pa.array(row_ids)]
+    names = ["input_ids", "label", "length", "row_id"]
+    if segments is not None:
+        columns.append(pa.array(segments))
+        names.append("segment")
+    batch = pa.record_batch(columns, names=names)
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(
+            sink, batch.schema.with_metadata({"k": "v"})) as writer:
+        writer.write_batch(batch)
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("kernel_copy", [True, False])
+def test_the_file_is_what_arrow_writes_from_memory_with_the_columns_copied_by_the_kernel(
+        tmp_path, monkeypatch, kernel_copy):
+    import os
+
+    rows = make_rows(500, seed=5)
+    labels = np.random.default_rng(1).random((500, 3)).astype(np.float32)  # multi-hot/targets
+    segments = np.array([len(r) // 2 for r in rows], np.int32)
+    copied, copy = [], os.copy_file_range
+
+    def counting(src, dst, count, offset_src=None, offset_dst=None):
+        if not kernel_copy:  # as on a system without copy_file_range
+            raise OSError(errno.ENOSYS, "not here")
+        done = copy(src, dst, count, offset_src, offset_dst)
+        copied.append(done)
+        return done
+
+    monkeypatch.setattr(os, "copy_file_range", counting)
+    batches = (TokenBatch(np.concatenate(rows[s:s + 64]), np.array([len(r) for r in rows[s:s + 64]],
+                                                                     np.int32),
+                          labels[s:s + 64], np.arange(s, s + len(rows[s:s + 64])) + 7,
+                          segments[s:s + 64]) for s in range(0, 500, 64))
+    path = tmp_path / "t.arrow"
+    assert write_token_file(path, batches, {"k": "v"}) == 500
+    assert path.read_bytes() == reference(tmp_path / "ref.arrow", rows, labels,
+                                          np.arange(500) + 7, segments)
+    tokens = sum(len(r) for r in rows)
+    # Every column came file to file: ids, offsets, labels, lengths, row ids, segments.
+    assert sum(copied) == (4 * tokens + 8 * 501 + 12 * 500 + 4 * 500 + 8 * 500 + 4 * 500
+                           if kernel_copy else 0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ref.arrow", "t.arrow"]  # no scratch
+    tf = TokenFile(path)
+    np.testing.assert_array_equal(tf.labels[17], labels[17])
+    assert tf.segments[17] == segments[17]
+
+
+def test_length_stats_from_the_histogram_equal_numpy_on_the_lengths():
+    from wellfed.data.tokenization import token_stats
+
+    rng = np.random.default_rng(0)
+    checked = 0
+    for n in (1, 2, 3, 7, 100, 1001, 25_000):
+        lengths = rng.integers(1, 129, n)
+        p50, p90, p99 = np.percentile(lengths, [50, 90, 99])
+        stats = token_stats(np.bincount(lengths, minlength=129), 4)
+        assert {type(v) for v in stats.values()} == {int, float}  # plain JSON numbers
+        assert stats == {
+            "rows": n, "tokens": int(lengths.sum()),
+            "length_mean": round(float(lengths.mean()), 2), "length_p50": round(float(p50), 2),
+            "length_p90": round(float(p90), 2), "length_p99": round(float(p99), 2),
+            "length_max": int(lengths.max()), "truncated_rows": 4}
+        checked += 1
+    assert checked == 7
