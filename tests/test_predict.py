@@ -13,6 +13,7 @@ import pytest
 from test_serving import TEXTS, save_model
 from wellfed import serving
 from wellfed.config import PredictConfig, load_params
+from wellfed.data import sources
 from wellfed.predict import input_chunks, predict_file, write_predictions
 
 
@@ -65,7 +66,10 @@ def test_bad_input_is_one_line_exit_1_and_no_output(tmp_path, pair_model):
     assert len(cases) == 3
 
 
-def test_input_chunks_cover_every_row_once_in_order(tmp_path):
+@pytest.mark.parametrize("block_bytes", [None, 50])  # 50 B: a block of ~2 rows, chunks span blocks
+def test_input_chunks_cover_every_row_once_in_order(tmp_path, monkeypatch, block_bytes):
+    if block_bytes:
+        monkeypatch.setattr(sources, "BLOCK_BYTES", block_bytes)
     source = tmp_path / "new.jsonl"
     source.write_text("".join(f'{{"sentence": "text {i}"}}\n' for i in range(18)),
                       encoding="utf-8")

@@ -18,8 +18,9 @@ on the cluster $RAY_ADDRESS names (without --workers, RAY_ADDRESS is not used). 
 reads MODEL_DIR by its path: on a multi-node cluster it must be on storage every node mounts at
 the same path. The output is the same, row for row, as without --workers.
 
-The input is read whole today (prepare's reader) and handed on in chunks by `input_chunks`,
-the one place a streaming reader plugs in.
+The input is read block by block with prepare's reader (`input_chunks`): in-process, memory
+holds a block, a chunk and its predictions, not the file. With --workers the chunks are
+gathered in the driver before Ray Data takes them (`from_blocks` takes a list).
 """
 
 from __future__ import annotations
@@ -49,14 +50,21 @@ def input_chunks(input_path: str | Path, text_columns: list, *, fmt: str = "auto
                  header: bool = True, quoting: str = "auto",
                  chunk_rows: int = CHUNK_ROWS) -> Iterator[pd.DataFrame]:
     """The input's rows as frames of at most `chunk_rows` rows (`row`, `text`[, `text_pair`]),
-    in row order, checked as prepare checks them.
-
-    Today the file is read whole (sources.read_texts) and sliced, so the input, unlike the
-    predictions, is in memory once; a streaming reader replaces this body, not its callers."""
-    frame = sources.read_texts(input_path, fmt, text_columns if len(text_columns) > 1
-                               else text_columns[0], header=header, quoting=quoting)
-    for start in range(0, len(frame), chunk_rows):
-        yield frame.iloc[start:start + chunk_rows]
+    in row order, checked as prepare checks them. The file is read block by block
+    (sources.iter_texts, 8 MB blocks), so memory holds a block and a chunk, not the file; a bad
+    row in a later block stops the run there (the output is written whole or not at all)."""
+    pending: list[pd.DataFrame] = []
+    held = 0
+    for block in sources.iter_texts(input_path, fmt, text_columns if len(text_columns) > 1
+                                    else text_columns[0], header=header, quoting=quoting):
+        pending.append(block)
+        held += len(block)
+        while held >= chunk_rows:
+            frame = pd.concat(pending, ignore_index=True)
+            yield frame.iloc[:chunk_rows]
+            pending, held = [frame.iloc[chunk_rows:]], held - chunk_rows
+    if held:
+        yield pd.concat(pending, ignore_index=True)
 
 
 def predict_chunk(predictor: serving.Predictor, part: pd.DataFrame) -> pd.DataFrame:
