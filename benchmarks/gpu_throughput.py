@@ -340,6 +340,24 @@ def token_rows(texts_all, labels_all, tokenizer, tmp: Path, rows: int):
     return TokenFile(arrow), arrow
 
 
+def cuda_session():
+    """What every GPU mode starts with: quiet transformers, the output folder, the device and its
+    name, SST-2 train, the tokenizer, and wellfed's NVML sampler (started)."""
+    import torch
+    from transformers import AutoTokenizer
+    from transformers.utils import logging as hf_logging
+    from wellfed import device as dev
+    from wellfed.telemetry.gpu import DeviceSampler
+
+    hf_logging.set_verbosity_error()
+    OUT.mkdir(parents=True, exist_ok=True)
+    device = torch.device("cuda")
+    texts, labels = harness.read_sst2("train")
+    tokenizer = AutoTokenizer.from_pretrained(harness.model_path())
+    return (device, dev.device_name(device), texts, labels, tokenizer,
+            DeviceSampler(device, interval_s=0.2).start())
+
+
 def main() -> None:
     import torch
 
@@ -351,21 +369,11 @@ def main() -> None:
     harness.require_sst2(NAME)
     clock = harness.Clock()
     import datasets
-    from transformers import AutoTokenizer
-    from transformers.utils import logging as hf_logging
-    from wellfed import device as dev
     from wellfed.data.shards import TokenFile, write_token_file
     from wellfed.data.tokenization import SplitTokenizer
-    from wellfed.telemetry.gpu import DeviceSampler
 
-    hf_logging.set_verbosity_error()
     datasets.disable_progress_bars()
-    OUT.mkdir(parents=True, exist_ok=True)
-    device = torch.device("cuda")
-    device_name = dev.device_name(device)
-    texts_all, labels_all = harness.read_sst2("train")
-    tokenizer = AutoTokenizer.from_pretrained(harness.model_path())
-    sampler = DeviceSampler(device, interval_s=0.2).start()
+    device, device_name, texts_all, labels_all, tokenizer, sampler = cuda_session()
     step_mode = sys.argv[1:] == ["step"]
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -452,21 +460,9 @@ def main() -> None:
 
 def main_auto() -> None:
     """`auto` mode: single process, no Ray/MLflow/DVC, no HF Trainer (so no `datasets`)."""
-    import torch
-    from transformers import AutoTokenizer
-    from transformers.utils import logging as hf_logging
-    from wellfed import device as dev
-    from wellfed.telemetry.gpu import DeviceSampler
-
     harness.require_sst2(NAME)
     clock = harness.Clock()
-    hf_logging.set_verbosity_error()
-    OUT.mkdir(parents=True, exist_ok=True)
-    device = torch.device("cuda")
-    device_name = dev.device_name(device)
-    texts_all, labels_all = harness.read_sst2("train")
-    tokenizer = AutoTokenizer.from_pretrained(harness.model_path())
-    sampler = DeviceSampler(device, interval_s=0.2).start()
+    _, device_name, texts_all, labels_all, tokenizer, sampler = cuda_session()
 
     def save(results: dict) -> None:
         harness.write_result("gpu_autobatch", {

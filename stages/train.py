@@ -88,7 +88,11 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir):
     write_json(out / "run.json", {"mlflow_run_id": run_id, "tracking_uri": uri,
                                   "ray_run": info["name"]})
     runs.mark_complete(info, run_id)
-    print(f"[wellfed] train stage {time_breakdown(clock, uri, run_id)}")
+    try:  # a diagnostic: it must not fail a stage whose outputs are all written
+        print(f"[wellfed] train stage {time_breakdown(clock, uri, run_id)}")
+    except Exception as err:
+        print(f"[wellfed] WARNING: no time breakdown ({type(err).__name__}: {one_line(err)})",
+              file=sys.stderr)
     shown = ", ".join(f"{k} {v:.4g}" if abs(v) < 1000 else f"{k} {v:.0f}"
                       for k, v in metrics.items())
     print(f"[wellfed] train done: {shown} (MLflow run {run_id})")

@@ -7,7 +7,6 @@ from __future__ import annotations
 import functools
 import itertools
 
-import numpy as np
 import pytest
 import torch
 
@@ -15,7 +14,7 @@ from wellfed import device as dev
 from wellfed.cli import StageError
 from wellfed.config import ModelConfig, TrainConfig, load_section
 from wellfed.data.batching import BatchSpec, Step, collate, iterate_steps, padded_width
-from wellfed.data.shards import TokenBatch, TokenFile, write_token_file
+from wellfed.data.shards import TokenFile
 from wellfed.model import load_model
 from wellfed.telemetry.meter import StepMeter
 from wellfed.telemetry.peak import Peak
@@ -34,16 +33,6 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def token_file(tmp_path_factory):
-    rng = np.random.default_rng(0)
-    rows = [rng.integers(1000, 3000, size=rng.integers(2, 25), dtype=np.int32) for _ in range(203)]
-    path = tmp_path_factory.mktemp("tok") / "train.arrow"
-    write_token_file(path, [TokenBatch(np.concatenate(rows), np.array([len(r) for r in rows], np.int32),
-                                       np.arange(203) % 2, np.arange(203))])
-    return path
 
 
 def train_steps(token_file, model_dir, tokens, oom=None, compile=False, steps=STEPS):

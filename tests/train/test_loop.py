@@ -6,21 +6,11 @@ import torch
 
 from wellfed.config import ModelConfig, TrainConfig
 from wellfed.data.batching import BatchSpec, iterate_steps
-from wellfed.data.shards import TokenBatch, TokenFile, write_token_file
+from wellfed.data.shards import TokenFile
 from wellfed.model import load_model
 from wellfed.telemetry.meter import StepMeter
 from wellfed.telemetry.peak import Peak
 from wellfed.train.loop import micro_batches, setup, train_step
-
-
-@pytest.fixture(scope="module")
-def token_file(tmp_path_factory):
-    rng = np.random.default_rng(0)
-    rows = [rng.integers(1000, 3000, size=rng.integers(2, 25), dtype=np.int32) for _ in range(203)]
-    path = tmp_path_factory.mktemp("tok") / "train.arrow"
-    write_token_file(path, [TokenBatch(np.concatenate(rows), np.array([len(r) for r in rows], np.int32),
-                                       np.arange(203) % 2, np.arange(203))])
-    return path
 
 
 @pytest.mark.parametrize("workers", [1, 2])
