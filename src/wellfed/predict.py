@@ -53,18 +53,16 @@ def input_chunks(input_path: str | Path, text_columns: list, *, fmt: str = "auto
     in row order, checked as prepare checks them. The file is read block by block
     (sources.iter_texts, 8 MB blocks), so memory holds a block and a chunk, not the file; a bad
     row in a later block stops the run there (the output is written whole or not at all)."""
-    pending: list[pd.DataFrame] = []
-    held = 0
+    rest = None  # rows of earlier blocks not yet handed on (fewer than chunk_rows)
     for block in sources.iter_texts(input_path, fmt, text_columns if len(text_columns) > 1
                                     else text_columns[0], header=header, quoting=quoting):
-        pending.append(block)
-        held += len(block)
-        while held >= chunk_rows:
-            frame = pd.concat(pending, ignore_index=True)
-            yield frame.iloc[:chunk_rows]
-            pending, held = [frame.iloc[chunk_rows:]], held - chunk_rows
-    if held:
-        yield pd.concat(pending, ignore_index=True)
+        frame = block if rest is None else pd.concat([rest, block], ignore_index=True)
+        cut = len(frame) - len(frame) % chunk_rows  # one concat per block, then slices
+        for start in range(0, cut, chunk_rows):
+            yield frame.iloc[start:start + chunk_rows]
+        rest = frame.iloc[cut:] if cut < len(frame) else None
+    if rest is not None:
+        yield rest
 
 
 def predict_chunk(predictor: serving.Predictor, part: pd.DataFrame) -> pd.DataFrame:
