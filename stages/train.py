@@ -1,4 +1,5 @@
-"""train: token files -> fine-tuned model on Ray Train workers, recorded in one MLflow run.
+"""train: token files -> fine-tuned model (in this process, or on Ray Train workers), recorded in
+one MLflow run.
 
 usage: python stages/train.py TOKENS_DIR MODEL_DIR TRAIN_DIR CHECKPOINT_DIR
 """
@@ -99,9 +100,9 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir):
 
 
 def time_breakdown(clock: Phases, uri: str, run_id: str) -> str:
-    """The stage's wall time in parts: the driver's own phases, with "ray train" split into the
-    worker's parts (time/worker_*_s, logged with each report) and what Ray spent around them
-    (controller and worker start and stop, the last report). Logged as time/* too."""
+    """The stage's wall time in parts: the driver's own phases, with "train" split into the
+    worker's parts (time/worker_*_s, logged with each report) and what was spent around them
+    (on Ray: controller and worker start and stop, the last report). Logged as time/* too."""
     import mlflow
 
     client = mlflow.MlflowClient(uri)
@@ -112,9 +113,10 @@ def time_breakdown(clock: Phases, uri: str, run_id: str) -> str:
         if now:
             worker[key.removeprefix("time/worker_").removesuffix("_s")] = max(
                 now, key=lambda m: (m.step, m.timestamp)).value
-    parts = {k: v for k, v in clock.seconds.items() if k != "ray train"}
+    parts = {k: v for k, v in clock.seconds.items() if k != "train"}
     parts.update(worker)
-    parts["ray train start/stop"] = max(clock.seconds.get("ray train", 0) - sum(worker.values()), 0)
+    around = "ray train start/stop" if "ray start" in clock.seconds else "train start/stop"
+    parts[around] = max(clock.seconds.get("train", 0) - sum(worker.values()), 0)
     total = time.time() - STARTED
     tracking.log_metrics(uri, run_id, {"time/stage_s": total,
                                        "time/fixed_s": total - worker.get("steps", 0.0)})

@@ -339,6 +339,10 @@ class RayConfig:
     checkpoint folder; set it to shared storage (NFS path, s3://...) for a multi-node cluster."""
     placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
     """How Ray places workers: PACK fills a node first, SPREAD puts them on different nodes."""
+    in_process: Literal["auto", "false"] = "auto"
+    """auto = one worker and no cluster address trains in the stage's own process, without
+    Ray Train's start and stop (train/local.py); false = always on Ray Train (worker restarts
+    on failure: max_failures)."""
 
     def problems(self) -> list[str]:
         out = []

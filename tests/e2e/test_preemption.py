@@ -13,7 +13,6 @@ import subprocess
 import sys
 import threading
 import time
-import types
 from pathlib import Path
 
 import numpy as np
@@ -123,8 +122,11 @@ def resumed(out: str) -> tuple[str, int]:
 
 
 @pytest.mark.e2e
-def test_sigterm_saves_the_step_under_way_and_the_rerun_resumes_from_it(base, tmp_path):
-    project = fresh(base, tmp_path)
+def test_sigterm_in_process_saves_the_step_under_way_and_a_rerun_on_ray_resumes_from_it(
+        base, tmp_path):
+    """One worker trains in the stage's own process (ray.in_process: auto); the rerun on two
+    Ray Train workers resumes from its checkpoint, which Ray finds in its own layout."""
+    project = fresh(base, tmp_path, ray={"num_workers": 1})
     proc = start_repro(project)
     before = wait_for_logged_step(project, proc, 15)
     sent = time.time()
@@ -135,20 +137,24 @@ def test_sigterm_saves_the_step_under_way_and_the_rerun_resumes_from_it(base, tm
     step = stopped_line(out, "SIGTERM")
     print(f"\nSIGTERM when MLflow had step {before}: stopped at step {step}, stage gone "
           f"{seconds:.1f} s after the signal")
-    # Nothing the workers had done is lost: the checkpoint holds at least every step already
-    # logged, and the workers stopped at the next step boundary, not at some later one. They can
-    # be two report intervals ahead of MLflow (one report waits in Ray's queue of one for the
-    # controller's 2 s poll, the next waits to be queued), then finish the step under way; one
-    # more interval allows for MLflow logging a report between our read and the signal.
-    assert before <= step <= before + 3 * REPORT_EVERY + 1
+    # Nothing the worker had done is lost: the checkpoint holds at least every step already
+    # logged, and it stopped at the next step boundary, not at some later one (in-process, a
+    # report is logged before the next step starts; one interval allows for MLflow logging a
+    # report between our read and the signal).
+    assert before <= step <= before + REPORT_EVERY + 1
     assert checkpointed_step(project) == step
     assert logged_steps(project) == list(range(1, step + 1))
     _, runs = mlflow_runs(project)
     assert len(runs) == 1 and runs[0].info.status == "KILLED"
+    assert runs[0].data.params["derived.engine"] == "in_process"
     assert not (project / "data" / "model").exists()
 
+    set_params(project, ray={"num_workers": 2})
     again = run(["dvc", "repro"], project, timeout=600)
-    assert resumed(again.stdout + again.stderr)[1] == step
+    line, resumed_at = resumed(again.stdout + again.stderr)
+    assert resumed_at == step
+    assert line.endswith(", now on 2 worker(s) instead of 1: the same global batch, 1 "
+                         "micro-batch(es) per worker per step"), line
     assert logged_steps(project) == list(range(1, STEPS + 1))  # once each: nothing redone
     _, runs = mlflow_runs(project)
     assert len(runs) == 1 and runs[0].info.status == "FINISHED"
@@ -159,6 +165,7 @@ def test_sigterm_saves_the_step_under_way_and_the_rerun_resumes_from_it(base, tm
 
 @pytest.mark.e2e
 def test_ctrl_c_on_two_workers_then_the_rerun_on_one_worker_finishes_the_same_run(base, tmp_path):
+    """Ray Train's checkpoint, resumed in-process (one worker: ray.in_process auto)."""
     project = fresh(base, tmp_path)
     proc = start_repro(project)
     wait_for_logged_step(project, proc, 10)
@@ -259,18 +266,13 @@ def send_when_caught(*signums: int, gap: float = 0.2) -> None:
     threading.Thread(target=send, daemon=True).start()
 
 
-def fake_flag(requested: threading.Event):
-    """Stands in for the StopFlag actor handle: `flag.request.remote()` sets `requested`."""
-    return types.SimpleNamespace(request=types.SimpleNamespace(remote=requested.set))
-
-
 def test_a_signal_asks_the_workers_to_stop_and_names_their_checkpoint(handlers):
     from wellfed.train.preemption import Stopped, run_stoppable
 
     requested = threading.Event()
     send_when_caught(signal.SIGTERM)
     with pytest.raises(Stopped) as stop:  # the "workers" return once asked, checkpoint at 7
-        run_stoppable(lambda: requested.wait(30), fake_flag(requested), lambda: 7, 76)
+        run_stoppable(lambda: requested.wait(30), requested.set, lambda: 7, 76)
     assert requested.is_set() and stop.value.exit_code == 143
     assert str(stop.value) == ("stopped by SIGTERM at step 7 of 76, checkpoint saved; rerun `dvc "
                                "repro` (or resubmit the same sbatch job) to resume from step 7")
@@ -279,7 +281,7 @@ def test_a_signal_asks_the_workers_to_stop_and_names_their_checkpoint(handlers):
 
 
 AT_ONCE = """
-import os, signal, threading, time, types
+import os, signal, threading, time
 from wellfed.train.preemption import run_stoppable
 
 def send():  # once the handlers are in, two Ctrl-C
@@ -290,8 +292,7 @@ def send():  # once the handlers are in, two Ctrl-C
         os.kill(os.getpid(), signal.SIGINT)
 
 threading.Thread(target=send, daemon=True).start()
-flag = types.SimpleNamespace(request=types.SimpleNamespace(remote=lambda: None))
-run_stoppable(lambda: time.sleep(60), flag, lambda: 20, 76)  # workers that never finish
+run_stoppable(lambda: time.sleep(60), lambda: None, lambda: 20, 76)  # workers that never finish
 print("not reached")
 """
 
@@ -313,7 +314,7 @@ def test_a_signal_during_the_last_step_lets_the_run_finish(handlers):
 
     requested = threading.Event()
     send_when_caught(signal.SIGTERM)
-    result = run_stoppable(lambda: requested.wait(30) and "done", fake_flag(requested),
+    result = run_stoppable(lambda: requested.wait(30) and "done", requested.set,
                            lambda: 76, 76)
     assert result == "done"  # the final checkpoint exists: the stage goes on to export it
 
@@ -322,7 +323,7 @@ def test_without_a_signal_the_handlers_are_given_back(handlers):
     from wellfed.train.preemption import run_stoppable
 
     before = signal.getsignal(signal.SIGINT)
-    assert run_stoppable(lambda: 42, fake_flag(threading.Event()), lambda: None, 76) == 42
+    assert run_stoppable(lambda: 42, threading.Event().set, lambda: None, 76) == 42
     assert signal.getsignal(signal.SIGINT) is before
 
 

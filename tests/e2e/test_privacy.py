@@ -74,12 +74,13 @@ def repro(project: Path, log: Path, *targets: str, **overrides: str) -> None:
 
 @pytest.fixture(scope="module")
 def guarded_run(tmp_path_factory, tiny_model_dir):
-    """The whole pipeline, 1 Ray worker, under the guard; returns (project, guard log)."""
+    """The whole pipeline, 1 Ray worker (on Ray Train, not in-process: the guard must reach
+    Ray's worker processes), under the guard; returns (project, guard log)."""
     dest = tmp_path_factory.mktemp("privacy")
     make_project(dest, {"model": {"name": str(tiny_model_dir), "init": "random"},
                         "train": {"epochs": 1, "global_batch_size": 16, "micro_batch_size": 16,
                                   "eval_every": 0, "report_every": 2, "checkpoint_every": 0},
-                        "ray": {"num_workers": 1, "cpus_per_worker": 1}},
+                        "ray": {"num_workers": 1, "cpus_per_worker": 1, "in_process": False}},
                  raw_rows={"train.tsv": 64, "dev.tsv": 32, "test.tsv": 32})
     log = dest / "netguard.log"
     repro(dest, log)

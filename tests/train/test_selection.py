@@ -16,7 +16,7 @@ import torch
 
 from wellfed.config import DataConfig, ModelConfig, TrainConfig, load_section
 from wellfed.data.shards import TokenBatch, write_token_file
-from wellfed.train import checkpoint, driver, loop, selection
+from wellfed.train import checkpoint, driver, local, loop, selection
 from wellfed.train.loop import Place, TrainJob, train
 
 CPU = Place(torch.device("cpu"))
@@ -62,41 +62,35 @@ def plant(monkeypatch, curve: list[float], key: str = "val/macro_f1") -> list[in
 
 
 class RayStorage:
-    """A report sink that persists checkpoints as Ray Train does: into the run's storage folder,
-    registered with Ray's own CheckpointManager under the driver's CheckpointConfig (which prunes
-    them). Also keeps every checkpoint's weights by step, whatever Ray keeps."""
+    """A report sink that persists checkpoints as the in-process path does (train/local.py):
+    into the run's storage folder, registered with Ray's own CheckpointManager under the
+    driver's CheckpointConfig (which prunes them). Also keeps every checkpoint's weights by
+    step, whatever Ray keeps."""
 
     def __init__(self, root: Path, select: str):
-        from ray.train.v2._internal.execution.checkpoint.checkpoint_manager import \
-            CheckpointManager
-        from ray.train.v2._internal.execution.context import StorageContext
-
         self.root, self.weights = root, {}
-        self.storage = StorageContext(str(root), "run")
         # Built anew per run, as after a restart: it reloads the snapshot an earlier run left.
-        self.manager = CheckpointManager(driver.checkpoint_config(select), self.storage)
+        self.store = local.Store(str(root), "run", driver.checkpoint_config(select))
 
     def __call__(self, metrics: dict, directory: Path | None) -> None:
-        from ray.train import Checkpoint
-        from ray.train.v2._internal.execution.training_report import _TrainingReport
-
         if directory is None:
             return
         step = metrics["records"][-1]["step"]
         self.weights[step] = torch.load(directory / checkpoint.MODEL, weights_only=True)
-        persisted = self.storage.persist_current_checkpoint(
-            Checkpoint.from_directory(str(directory)), f"checkpoint_{step:06d}")
-        self.manager.register_checkpoint(_TrainingReport(persisted, metrics, False))
+        self.store.persist(metrics, directory)
 
     def kept(self) -> list[int]:
-        return sorted(int(p.name.split("_")[1]) for p in (self.root / "run").iterdir()
-                      if p.name.startswith("checkpoint_0"))
+        return sorted(driver.stored_state(ckpt)["step"] for ckpt in self.checkpoints())
+
+    def checkpoints(self):
+        from ray.train import Checkpoint
+
+        return [Checkpoint.from_directory(str(p)) for p in (self.root / "run").iterdir()
+                if p.name.startswith("checkpoint_") and p.is_dir()]
 
     def result(self):
         """What TorchTrainer.fit returns, as far as the driver reads it."""
-        return SimpleNamespace(checkpoint=self.manager.latest_checkpoint_result.checkpoint,
-                               best_checkpoints=[(r.checkpoint, r.metrics) for r in
-                                                 self.manager.best_checkpoint_results])
+        return self.store.result()
 
 
 def run(job: TrainJob, sink, **kwargs) -> dict:
@@ -171,7 +165,9 @@ def test_early_stop_after_patience_flat_validations(job, tmp_path, monkeypatch, 
     state = run(patient, sink)
     assert state["step"] == 16 and [h["step"] for h in state["history"]] == list(range(1, 17))
     assert sorted(sink.weights) == [4, 8, 16] and sink.kept() == [8, 16]
-    assert (tmp_path / "run" / "checkpoint_000016" / checkpoint.HF_MODEL).is_dir()  # an end
+    last = Path(sink.result().checkpoint.path)
+    assert driver.stored_state(sink.result().checkpoint)["step"] == 16
+    assert (last / checkpoint.HF_MODEL).is_dir()  # an end
     out = capsys.readouterr().out
     assert ("[wellfed] early stop at step 16: val/macro_f1 has not improved on 0.6000 (step 8) "
             "for 2 validations") in out.splitlines()

@@ -51,16 +51,23 @@ class Trained:
 
 
 def worker_failure(err: Exception) -> TrainingFailed:
+    """Ray's TrainingFailedError -> one line: each failed worker's own message."""
     failures = getattr(err, "worker_failures", None) or {}
-    causes = []
-    for rank, exc in sorted(failures.items()):
-        cause = getattr(exc, "cause", None) or exc  # Ray wraps the user exception
-        text = str(cause).strip().splitlines()
-        causes.append(f"worker {rank}: {type(cause).__name__}: {text[-1] if text else ''}")
+    causes = [cause_line(rank, getattr(exc, "cause", None) or exc)  # Ray wraps the user exception
+              for rank, exc in sorted(failures.items())]
     detail = "; ".join(causes) or str(err).strip().splitlines()[-1]
+    return failed(detail, "Ray's logs under /tmp/ray/session_latest/logs")
+
+
+def cause_line(rank: int, cause: BaseException) -> str:
+    text = str(cause).strip().splitlines()
+    return f"worker {rank}: {type(cause).__name__}: {text[-1] if text else ''}"
+
+
+def failed(detail: str, traceback_at: str) -> TrainingFailed:
     return TrainingFailed(f"training failed ({detail}); the last good checkpoint is kept and a "
-                          "rerun of `dvc repro` resumes from it. Full traceback: Ray's logs "
-                          "under /tmp/ray/session_latest/logs")
+                          "rerun of `dvc repro` resumes from it. Full traceback: "
+                          f"{traceback_at}")
 
 
 def check_resources(ray_cfg: RayConfig, use_gpu: bool) -> None:
@@ -112,6 +119,13 @@ def wants_gpu(ray_cfg: RayConfig) -> bool:
 
     return (ray_cfg.use_gpu == "true" or
             (ray_cfg.use_gpu == "auto" and ray.cluster_resources().get("GPU", 0) > 0))
+
+
+def in_process(ray_cfg: RayConfig) -> bool:
+    """ray.in_process: auto = one worker and no cluster to join trains in this process
+    (train/local.py), without Ray Train's ~21 s start and stop."""
+    return ray_cfg.in_process == "auto" and ray_cfg.num_workers == 1 and \
+        not cluster_address(ray_cfg)
 
 
 def open_run(run: runs.Run, uri: str, experiment: str, params: dict, tags: dict,
@@ -189,7 +203,7 @@ def run_trainer(loop_config: dict, ray_cfg: RayConfig, use_gpu: bool, run: runs.
     mlflow.system_metrics.set_system_metrics_node_id(f"driver-{os.uname().nodename}")
     with mlflow.start_run(run_id=run_id, log_system_metrics=True):
         try:
-            return preemption.run_stoppable(trainer.fit, loop_config["stop_flag"],
+            return preemption.run_stoppable(trainer.fit, loop_config["stop_flag"].request.remote,
                                             lambda: runs.resume_step(run.storage_uri, run.name),
                                             planned_steps(loop_config["job"]))
         except ray.train.TrainingFailedError as err:
@@ -197,6 +211,36 @@ def run_trainer(loop_config: dict, ray_cfg: RayConfig, use_gpu: bool, run: runs.
         except preemption.Stopped:
             mlflow.end_run("KILLED")  # resumable, not failed; a rerun sets it running again
             raise
+
+
+def run_in_process(job, ray_cfg: RayConfig, use_gpu: bool, run: runs.Run, uri: str,
+                   run_id: str, backlog: Path, storage: Path):
+    """train/local.py's loop in this process, inside the MLflow run, stoppable like Ray's;
+    returns what Ray's trainer.fit would (the latest and the kept best checkpoints)."""
+    import threading
+
+    import mlflow
+
+    from wellfed.train import local
+    from wellfed.train.callback import MlflowCallback
+
+    store = local.Store(run.storage_uri, run.name, checkpoint_config(job.train.select))
+    callback = MlflowCallback(uri, run_id, str(backlog))
+    stop = threading.Event()
+    mlflow.set_tracking_uri(uri)
+    mlflow.system_metrics.set_system_metrics_node_id(f"driver-{os.uname().nodename}")
+    with mlflow.start_run(run_id=run_id, log_system_metrics=True):
+        try:
+            return preemption.run_stoppable(
+                lambda: local.fit(job, store, callback, use_gpu=use_gpu,
+                                  threads=ray_cfg.cpus_per_worker, stop=stop),
+                stop.set, lambda: runs.resume_step(run.storage_uri, run.name), planned_steps(job))
+        except preemption.Stopped:
+            mlflow.end_run("KILLED")  # resumable, not failed; a rerun sets it running again
+            raise
+        except Exception as err:  # what a Ray worker's failure says, the traceback kept
+            kept = local.keep_traceback(err, storage.resolve() / run.name)
+            raise failed(cause_line(0, err), str(kept) if kept else "none was kept") from None
 
 
 def checkpoint_config(select: str):
@@ -280,27 +324,47 @@ def finish(result, run: runs.Run, uri: str, run_id: str, backlog: Path, keep: st
         print(f"[wellfed] removed {removed} superseded or orphaned checkpoint dir(s)", flush=True)
 
 
-def fit(*, tokens_dir: Path, model_source: str, labels: list[str], pad_id: int, task: str,
-        model_cfg: ModelConfig, train_cfg: TrainConfig, data_cfg: DataConfig, ray_cfg: RayConfig,
-        storage: Path, uri: str, experiment: str, params: dict, tags: dict,
-        clock: Phases | None = None) -> tuple[Trained, str, dict]:
-    """Run training on Ray; return (the checkpoints to export, MLflow run id, run info).
-    `clock` gets the seconds of Ray's start, the trainer and Ray's stop."""
-    clock = clock or Phases()
-    local_token_auth(ray_cfg)
+def derived_params(job, run: runs.Run, ray_cfg: RayConfig, use_gpu: bool, engine: str) -> dict:
+    """What the driver decided, logged with the params as `derived.*`."""
+    return {"derived.world_size": ray_cfg.num_workers, "derived.use_gpu": use_gpu,
+            "derived.accumulation_steps": job.train.accumulation_steps(ray_cfg.num_workers),
+            "derived.model_source": job.model_source, "derived.run_name": run.name,
+            "derived.storage": run.storage_uri, "derived.engine": engine}
+
+
+def interrupted(run: runs.Run) -> Interrupted:
+    step = runs.resume_step(run.storage_uri, run.name)
+    kept = f"the checkpoint of step {step} is kept" if step else "no checkpoint yet"
+    return Interrupted(f"training stopped by Ctrl-C ({kept}): rerun `dvc repro` to resume "
+                       f"run {run.name} from there, into the same MLflow run")
+
+
+def fit_in_process(job, run: runs.Run, ray_cfg: RayConfig, uri: str, experiment: str,
+                   params: dict, tags: dict, storage: Path, clock: Phases):
+    """One local worker: the loop in this process (train/local.py); no Ray is started."""
+    import torch
+
+    use_gpu = ray_cfg.use_gpu == "true" or (ray_cfg.use_gpu == "auto" and
+                                            torch.cuda.is_available())
+    log.info("in process: 1 worker on %s with %d thread(s), no Ray started (ray.in_process: "
+             "auto; a cluster or more workers run on Ray Train)", "cuda:0" if use_gpu else "cpu",
+             ray_cfg.cpus_per_worker)
+    run_id, backlog = open_run(run, uri, experiment, params, tags,
+                               derived_params(job, run, ray_cfg, use_gpu, "in_process"), storage)
+    try:
+        with clock("train"):
+            result = run_in_process(job, ray_cfg, use_gpu, run, uri, run_id, backlog, storage)
+    except KeyboardInterrupt:
+        raise interrupted(run) from None
+    return result, run_id, backlog
+
+
+def fit_on_ray(job, run: runs.Run, ray_cfg: RayConfig, tokens_dir: Path, uri: str,
+               experiment: str, params: dict, tags: dict, storage: Path,
+               clock: Phases):
+    """Ray Train: connect (or start a local Ray), run the TorchTrainer, stop Ray."""
     import ray
 
-    from wellfed.train.loop import TrainJob
-
-    check_request(train_cfg, ray_cfg)
-    run = runs.plan(tokens_dir, train_cfg, model_cfg,
-                    ray_cfg.storage_path or str(storage.resolve()))
-    job = TrainJob(train=train_cfg, data=data_cfg, model=model_cfg, tokens_dir=tokens_dir.resolve(),
-                   model_source=model_source, labels=tuple(labels), pad_id=pad_id, task=task)
-    # Before Ray starts: a class weight naming no label is a params mistake, said in one line.
-    tasks.loss_weights(task, train_cfg.class_weights,
-                       TokenFile(tokens_dir / "train.arrow").labels, list(labels))
-    selection.resolve(train_cfg.select_metric, task)  # a figure this task has, in one line
     loop_config = {"job": job, "threads": ray_cfg.cpus_per_worker}
     with clock("ray start"), preemption.daemons_apart():  # a signal to dvc's group spares them
         connect(ray_cfg)
@@ -313,22 +377,46 @@ def fit(*, tokens_dir: Path, model_source: str, labels: list[str], pad_id: int, 
             loop_config["tokens_hash"] = run.data_hash
             print(f"[wellfed] token files {'uploaded to' if sent else 'already at'} "
                   f"{loop_config['tokens_uri']}", flush=True)
-        derived = {"derived.world_size": ray_cfg.num_workers, "derived.use_gpu": use_gpu,
-                   "derived.accumulation_steps": train_cfg.accumulation_steps(ray_cfg.num_workers),
-                   "derived.model_source": model_source, "derived.run_name": run.name,
-                   "derived.storage": run.storage_uri}
-        run_id, backlog = open_run(run, uri, experiment, params, tags, derived, storage)
+        run_id, backlog = open_run(run, uri, experiment, params, tags,
+                                   derived_params(job, run, ray_cfg, use_gpu, "ray_train"),
+                                   storage)
         try:
-            with clock("ray train"):
+            with clock("train"):
                 result = run_trainer(loop_config, ray_cfg, use_gpu, run, uri, run_id, backlog)
         except KeyboardInterrupt:
-            step = runs.resume_step(run.storage_uri, run.name)
-            kept = f"the checkpoint of step {step} is kept" if step else "no checkpoint yet"
-            raise Interrupted(f"training stopped by Ctrl-C ({kept}): rerun `dvc repro` to resume "
-                              f"run {run.name} from there, into the same MLflow run") from None
+            raise interrupted(run) from None
     finally:
         with clock("ray stop"):
             ray.shutdown()
+    return result, run_id, backlog
+
+
+def fit(*, tokens_dir: Path, model_source: str, labels: list[str], pad_id: int, task: str,
+        model_cfg: ModelConfig, train_cfg: TrainConfig, data_cfg: DataConfig, ray_cfg: RayConfig,
+        storage: Path, uri: str, experiment: str, params: dict, tags: dict,
+        clock: Phases | None = None) -> tuple[Trained, str, dict]:
+    """Train, in this process (one local worker) or on Ray Train; return (the checkpoints to
+    export, MLflow run id, run info). `clock` gets the seconds of training and, on Ray, of
+    Ray's start and stop."""
+    clock = clock or Phases()
+    local_token_auth(ray_cfg)
+    from wellfed.train.loop import TrainJob
+
+    check_request(train_cfg, ray_cfg)
+    run = runs.plan(tokens_dir, train_cfg, model_cfg,
+                    ray_cfg.storage_path or str(storage.resolve()))
+    job = TrainJob(train=train_cfg, data=data_cfg, model=model_cfg, tokens_dir=tokens_dir.resolve(),
+                   model_source=model_source, labels=tuple(labels), pad_id=pad_id, task=task)
+    # Before Ray starts: a class weight naming no label is a params mistake, said in one line.
+    tasks.loss_weights(task, train_cfg.class_weights,
+                       TokenFile(tokens_dir / "train.arrow").labels, list(labels))
+    selection.resolve(train_cfg.select_metric, task)  # a figure this task has, in one line
+    if in_process(ray_cfg):
+        result, run_id, backlog = fit_in_process(job, run, ray_cfg, uri, experiment, params,
+                                                 tags, storage, clock)
+    else:
+        result, run_id, backlog = fit_on_ray(job, run, ray_cfg, tokens_dir, uri, experiment,
+                                             params, tags, storage, clock)
     trained = choose(result, job)
     finish(result, run, uri, run_id, backlog, trained.chosen.path)
     announce(trained, uri, run_id)

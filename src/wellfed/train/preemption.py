@@ -129,10 +129,12 @@ class _AtOnce(BaseException):
         self.signum = signum
 
 
-def run_stoppable(fit: Callable[[], T], flag, checkpoint_step: Callable[[], int | None],
-                  total: int) -> T:
-    """Run `fit` (Ray Train's blocking `trainer.fit`) with SIGTERM/SIGINT caught and return its
-    result. After a signal, raise `Stopped` once the workers have checkpointed and returned
+def run_stoppable(fit: Callable[[], T], request: Callable[[], object],
+                  checkpoint_step: Callable[[], int | None], total: int) -> T:
+    """Run `fit` (Ray Train's blocking `trainer.fit`, or the in-process loop: train/local.py)
+    with SIGTERM/SIGINT caught and return its result. A signal calls `request()`, which asks the
+    workers to stop (the StopFlag actor's `request.remote`, or an Event's `set`). After a
+    signal, raise `Stopped` once the workers have checkpointed and returned
     (unless that was the final step). After a second one, print the `Stopped` line and end the
     process right away, without Ray's orderly shutdown: `fit` is still inside `ray.get` in its
     thread, and tearing Ray down under it ended the stage silently in two of the tests' runs.
@@ -151,7 +153,7 @@ def run_stoppable(fit: Callable[[], T], flag, checkpoint_step: Callable[[], int 
         if received:
             raise _AtOnce(signum)
         received.append(signum)
-        flag.request.remote()
+        request()
         print(f"[wellfed] {said(signum)}: finishing the current step and saving a "
               "checkpoint (send it again to stop at once)", file=sys.stderr, flush=True)
 
