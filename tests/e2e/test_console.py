@@ -9,6 +9,7 @@ import io
 import json
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
@@ -101,8 +102,9 @@ def test_metrics_show_and_diff_stay_small(project):
 
 
 def test_a_worker_error_still_shows_its_message(project, tmp_path):
-    """The weights a `model.init: pretrained` run needs are missing: the worker raises, and the
-    stage ends with the worker's own message (and Ray's traceback of it), not a quiet exit."""
+    """The weights a `model.init: pretrained` run needs are missing: the worker (in-process,
+    one worker) raises, and the stage ends with the worker's own message and names the file
+    that holds its traceback, not a quiet exit."""
     dest, _ = project
     broken = tmp_path / "broken"
     subprocess.run(["cp", "-a", str(dest), str(broken)], check=True)
@@ -116,5 +118,7 @@ def test_a_worker_error_still_shows_its_message(project, tmp_path):
     assert len(last) == 1 and last[0].startswith("error: training failed (worker 0: OSError: "), \
         proc.stderr[-3000:]
     assert "no file named model.safetensors" in last[0]
+    kept = Path(last[0].split("Full traceback: ")[1])
+    assert kept.is_file() and "OSError" in kept.read_text(), last[0]
     console = proc.stdout + proc.stderr
     assert [n for n in noise(console) if not n.startswith("a traceback")] == [], console
