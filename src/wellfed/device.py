@@ -34,6 +34,15 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+def gpu_count() -> int:
+    return torch.cuda.device_count()
+
+
+def use_device(device: torch.device) -> None:
+    """Make `device` (a CUDA device) the current one, for the libraries that use the default."""
+    torch.cuda.set_device(device)
+
+
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)

@@ -101,16 +101,17 @@ def test_metrics_show_and_diff_stay_small(project):
     assert {line.split()[1] for line in diff[1:]} <= HEADLINE, diff
 
 
-def test_a_worker_error_still_shows_its_message(project, tmp_path):
-    """The weights a `model.init: pretrained` run needs are missing: the worker (in-process,
-    one worker) raises, and the stage ends with the worker's own message and names the file
-    that holds its traceback, not a quiet exit."""
+@pytest.mark.parametrize("in_process", ["auto", "false"])
+def test_a_worker_error_still_shows_its_message(project, tmp_path, in_process):
+    """The weights a `model.init: pretrained` run needs are missing: the worker (in the stage's
+    process, or on Ray Train) raises, and the stage ends with the worker's own message and says
+    where its traceback is, not a quiet exit."""
     dest, _ = project
     broken = tmp_path / "broken"
     subprocess.run(["cp", "-a", str(dest), str(broken)], check=True)
     params = yaml.safe_load((broken / "params.yaml").read_text())
     params["model"]["init"] = "pretrained"  # the tiny model directory holds a config, no weights
-    params["ray"]["max_failures"] = 0
+    params["ray"].update(max_failures=0, in_process=in_process)
     (broken / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     proc = run(["dvc", "repro", "train"], broken, check=False)
     assert proc.returncode != 0
@@ -118,7 +119,10 @@ def test_a_worker_error_still_shows_its_message(project, tmp_path):
     assert len(last) == 1 and last[0].startswith("error: training failed (worker 0: OSError: "), \
         proc.stderr[-3000:]
     assert "no file named model.safetensors" in last[0]
-    kept = Path(last[0].split("Full traceback: ")[1])
-    assert kept.is_file() and "OSError" in kept.read_text(), last[0]
+    where = last[0].split("Full traceback: ")[1]
+    if in_process == "auto":  # a file in the run's checkpoint folder
+        assert Path(where).is_file() and "OSError" in Path(where).read_text(), last[0]
+    else:
+        assert where == "Ray's logs under /tmp/ray/session_latest/logs", last[0]
     console = proc.stdout + proc.stderr
     assert [n for n in noise(console) if not n.startswith("a traceback")] == [], console

@@ -185,6 +185,7 @@ def test_ctrl_c_on_two_workers_then_the_rerun_on_one_worker_finishes_the_same_ru
     set_params(project, ray={"num_workers": 1})
     again = run(["dvc", "repro"], project, timeout=600)
     line, resumed_at = resumed(again.stdout + again.stderr)
+    assert "[wellfed] in process: 1 worker on " in again.stdout + again.stderr
     assert resumed_at == step
     assert line.endswith(", now on 1 worker(s) instead of 2: the same global batch, 2 "
                          "micro-batch(es) per worker per step"), line

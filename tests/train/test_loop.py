@@ -33,6 +33,30 @@ def test_loader_processes_feed_exactly_what_inline_gathering_feeds(token_file, w
                 np.testing.assert_array_equal(x[key], y[key])
 
 
+def test_loader_processes_outlive_a_signal_to_the_process_group(token_file):
+    """SIGTERM/SIGINT sent to `dvc repro`'s group reach the loader processes too (in-process
+    training: they are the stage's children); the run must still finish its step and checkpoint
+    (train/preemption.py), so they ignore both."""
+    import os
+    import signal
+
+    import psutil
+
+    data = TokenFile(token_file)
+    steps = iterate_steps(data.lengths, BatchSpec(global_batch=16, world_size=1, micro_rows=4,
+                                                  seed=1), 0, epochs=1)
+    fed = micro_batches(steps, data, token_file, 0, 1, 2, 2, False)
+    _, first = next(fed)
+    list(first)
+    loaders = psutil.Process().children()
+    assert len(loaders) == 2
+    for proc in loaders:
+        os.kill(proc.pid, signal.SIGTERM)
+        os.kill(proc.pid, signal.SIGINT)
+    rest = [len(list(batches)) for _, batches in fed]  # the epoch's other steps, same loaders
+    assert len(rest) == 12 and all(rest)
+
+
 def run_one_step(token_file, tiny_model_dir, micro_rows, world=1):
     data = TokenFile(token_file)
     torch.manual_seed(0)

@@ -223,6 +223,7 @@ def test_fit_refuses_a_wrong_select_metric_before_ray_starts(job, tmp_path, monk
 
     monkeypatch.setattr(driver, "local_token_auth", lambda cfg: None)  # no env side effect
     monkeypatch.setattr(driver, "connect", lambda cfg: pytest.fail("Ray was started"))
+    monkeypatch.setattr(driver, "open_run", lambda *a: pytest.fail("training began"))  # in-process
     with pytest.raises(ValueError, match="not a validation figure of this single_label task"):
         driver.fit(tokens_dir=job.tokens_dir, model_source=job.model_source, labels=["a", "b"],
                    pad_id=0, task="single_label", model_cfg=job.model,

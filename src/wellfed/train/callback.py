@@ -6,6 +6,7 @@ import Ray unless they train.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -17,11 +18,30 @@ from mlflow.entities import Metric
 from wellfed.tracking import interval_metrics, log_params, send_metrics
 
 
+QUICK_RETRIES = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}
+
+
 def quick_retries() -> None:
     """An unreachable tracking server must cost seconds per report, not MLflow's default
     minutes of exponential backoff (which would stall every worker at its next report)."""
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
+    for key, value in QUICK_RETRIES.items():
+        os.environ.setdefault(key, value)
+
+
+@contextlib.contextmanager
+def retries_restored():
+    """In-process training sets the quick retries in the stage's own process (on Ray, in the
+    controller's): afterwards the export, artifacts and model registry get MLflow's own
+    timeouts back (a large model upload needs more than 5 s)."""
+    saved = {key: os.environ.get(key) for key in QUICK_RETRIES}
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def flush_backlog(uri: str, run_id: str, path: str | Path) -> int:

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import shutil
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -70,11 +71,14 @@ def failed(detail: str, traceback_at: str) -> TrainingFailed:
                           f"{traceback_at}")
 
 
-def check_resources(ray_cfg: RayConfig, use_gpu: bool) -> None:
-    """Refuse, before Ray waits forever, a request no node set of this cluster can place."""
-    import ray
+def check_resources(ray_cfg: RayConfig, use_gpu: bool, nodes: list[dict] | None = None,
+                    where: str = "this cluster") -> None:
+    """Refuse, before Ray waits forever, a request no node set of this cluster can place;
+    `nodes` (each node's resources) defaults to the connected cluster's."""
+    if nodes is None:
+        import ray
 
-    nodes = [n["Resources"] for n in ray.nodes() if n["Alive"]]
+        nodes = [n["Resources"] for n in ray.nodes() if n["Alive"]]
     fits = sum(int(n.get("CPU", 0) // ray_cfg.cpus_per_worker) for n in nodes)
     if use_gpu:
         fits = sum(min(int(n.get("CPU", 0) // ray_cfg.cpus_per_worker), int(n.get("GPU", 0)))
@@ -85,7 +89,7 @@ def check_resources(ray_cfg: RayConfig, use_gpu: bool) -> None:
     gpus = sum(n.get("GPU", 0) for n in nodes)
     raise ValueError(
         f"ray.num_workers = {ray_cfg.num_workers} workers with {ray_cfg.cpus_per_worker} CPU(s)"
-        f"{' and 1 GPU' if use_gpu else ''} each do not fit this cluster ({len(nodes)} node(s), "
+        f"{' and 1 GPU' if use_gpu else ''} each do not fit {where} ({len(nodes)} node(s), "
         f"{cpus:g} CPUs, {gpus:g} GPUs: room for {fits}); lower ray.num_workers or "
         "ray.cpus_per_worker, or add nodes")
 
@@ -98,12 +102,18 @@ def preflight(train_cfg: TrainConfig, ray_cfg: RayConfig) -> None:
 
     if cluster_address(ray_cfg):
         return  # the workers' devices are on other machines; they check for themselves
-    has_gpu = torch.cuda.is_available()
-    if ray_cfg.use_gpu == "true" and not has_gpu:
+    if ray_cfg.use_gpu == "true" and not dev.cuda_available():
         raise ValueError("ray.use_gpu is true but this machine has no CUDA GPU; set ray.use_gpu "
                          "to auto or false, or join a GPU cluster with RAY_ADDRESS")
-    gpu = ray_cfg.use_gpu == "true" or (ray_cfg.use_gpu == "auto" and has_gpu)
-    dev.choose_precision(train_cfg.precision, torch.device("cuda", 0) if gpu else torch.device("cpu"))
+    dev.choose_precision(train_cfg.precision,
+                         torch.device("cuda", 0) if local_gpu(ray_cfg) else torch.device("cpu"))
+
+
+def local_gpu(ray_cfg: RayConfig) -> bool:
+    """Whether a worker on this machine uses its GPU (ray.use_gpu, and whether there is one)."""
+    from wellfed import device as dev
+
+    return ray_cfg.use_gpu == "true" or (ray_cfg.use_gpu == "auto" and dev.cuda_available())
 
 
 def check_request(train_cfg: TrainConfig, ray_cfg: RayConfig) -> None:
@@ -124,8 +134,8 @@ def wants_gpu(ray_cfg: RayConfig) -> bool:
 def in_process(ray_cfg: RayConfig) -> bool:
     """ray.in_process: auto = one worker and no cluster to join trains in this process
     (train/local.py), without Ray Train's ~21 s start and stop."""
-    return ray_cfg.in_process == "auto" and ray_cfg.num_workers == 1 and \
-        not cluster_address(ray_cfg)
+    return (ray_cfg.in_process == "auto" and ray_cfg.num_workers == 1
+            and not cluster_address(ray_cfg))
 
 
 def open_run(run: runs.Run, uri: str, experiment: str, params: dict, tags: dict,
@@ -213,24 +223,22 @@ def run_trainer(loop_config: dict, ray_cfg: RayConfig, use_gpu: bool, run: runs.
             raise
 
 
-def run_in_process(job, ray_cfg: RayConfig, use_gpu: bool, run: runs.Run, uri: str,
+def run_in_process(job: TrainJob, ray_cfg: RayConfig, use_gpu: bool, run: runs.Run, uri: str,
                    run_id: str, backlog: Path, storage: Path):
     """train/local.py's loop in this process, inside the MLflow run, stoppable like Ray's;
     returns what Ray's trainer.fit would (the latest and the kept best checkpoints)."""
-    import threading
-
     import mlflow
 
     from wellfed.train import local
-    from wellfed.train.callback import MlflowCallback
+    from wellfed.train.callback import MlflowCallback, retries_restored
 
-    store = local.Store(run.storage_uri, run.name, checkpoint_config(job.train.select))
     callback = MlflowCallback(uri, run_id, str(backlog))
     stop = threading.Event()
     mlflow.set_tracking_uri(uri)
     mlflow.system_metrics.set_system_metrics_node_id(f"driver-{os.uname().nodename}")
-    with mlflow.start_run(run_id=run_id, log_system_metrics=True):
+    with mlflow.start_run(run_id=run_id, log_system_metrics=True), retries_restored():
         try:
+            store = local.Store(run.storage_uri, run.name, checkpoint_config(job.train.select))
             return preemption.run_stoppable(
                 lambda: local.fit(job, store, callback, use_gpu=use_gpu,
                                   threads=ray_cfg.cpus_per_worker, stop=stop),
@@ -324,7 +332,7 @@ def finish(result, run: runs.Run, uri: str, run_id: str, backlog: Path, keep: st
         print(f"[wellfed] removed {removed} superseded or orphaned checkpoint dir(s)", flush=True)
 
 
-def derived_params(job, run: runs.Run, ray_cfg: RayConfig, use_gpu: bool, engine: str) -> dict:
+def derived_params(job: TrainJob, run: runs.Run, ray_cfg: RayConfig, use_gpu: bool, engine: str) -> dict:
     """What the driver decided, logged with the params as `derived.*`."""
     return {"derived.world_size": ray_cfg.num_workers, "derived.use_gpu": use_gpu,
             "derived.accumulation_steps": job.train.accumulation_steps(ray_cfg.num_workers),
@@ -339,13 +347,14 @@ def interrupted(run: runs.Run) -> Interrupted:
                        f"run {run.name} from there, into the same MLflow run")
 
 
-def fit_in_process(job, run: runs.Run, ray_cfg: RayConfig, uri: str, experiment: str,
+def fit_in_process(job: TrainJob, run: runs.Run, ray_cfg: RayConfig, uri: str, experiment: str,
                    params: dict, tags: dict, storage: Path, clock: Phases):
     """One local worker: the loop in this process (train/local.py); no Ray is started."""
-    import torch
+    from wellfed import device as dev
 
-    use_gpu = ray_cfg.use_gpu == "true" or (ray_cfg.use_gpu == "auto" and
-                                            torch.cuda.is_available())
+    use_gpu = local_gpu(ray_cfg)
+    check_resources(ray_cfg, use_gpu, [{"CPU": os.cpu_count() or 1, "GPU": dev.gpu_count()}],
+                    "this machine")
     log.info("in process: 1 worker on %s with %d thread(s), no Ray started (ray.in_process: "
              "auto; a cluster or more workers run on Ray Train)", "cuda:0" if use_gpu else "cpu",
              ray_cfg.cpus_per_worker)
@@ -359,7 +368,7 @@ def fit_in_process(job, run: runs.Run, ray_cfg: RayConfig, uri: str, experiment:
     return result, run_id, backlog
 
 
-def fit_on_ray(job, run: runs.Run, ray_cfg: RayConfig, tokens_dir: Path, uri: str,
+def fit_on_ray(job: TrainJob, run: runs.Run, ray_cfg: RayConfig, tokens_dir: Path, uri: str,
                experiment: str, params: dict, tags: dict, storage: Path,
                clock: Phases):
     """Ray Train: connect (or start a local Ray), run the TorchTrainer, stop Ray."""
@@ -419,6 +428,7 @@ def fit(*, tokens_dir: Path, model_source: str, labels: list[str], pad_id: int, 
                                              params, tags, storage, clock)
     trained = choose(result, job)
     finish(result, run, uri, run_id, backlog, trained.chosen.path)
+    (storage.resolve() / run.name / runs.TRACEBACK).unlink(missing_ok=True)  # a failure's, resumed
     announce(trained, uri, run_id)
     return trained, run_id, run.info()
 

@@ -27,10 +27,9 @@ import traceback
 from pathlib import Path
 from types import SimpleNamespace
 
+from wellfed import device as dev
+from wellfed.train import runs
 from wellfed.train.loop import Place, TrainJob, train
-
-TRACEBACK = "traceback.txt"
-"""Where, in the run folder, an in-process failure leaves its traceback."""
 
 
 class Store:
@@ -84,7 +83,7 @@ def fit(job: TrainJob, store: Store, callback, *, use_gpu: bool, threads: int,
     torch.set_num_threads(threads)
     device = torch.device("cuda", 0) if use_gpu else torch.device("cpu")
     if use_gpu:
-        torch.cuda.set_device(device)
+        dev.use_device(device)
     place = Place(device, 0, 1, os.uname().nodename)
 
     def report(metrics: dict, directory: Path | None) -> None:
@@ -107,7 +106,7 @@ def keep_traceback(err: BaseException, run_dir: Path) -> Path | None:
     """Write `err`'s traceback into the run folder (a local one); return where, or None."""
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        path = run_dir / TRACEBACK
+        path = run_dir / runs.TRACEBACK
         path.write_text("".join(traceback.format_exception(err)), encoding="utf-8")
         return path
     except OSError:

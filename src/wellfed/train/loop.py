@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import functools
 import math
+import signal
 import tempfile
 import time
 from dataclasses import dataclass
@@ -174,6 +175,14 @@ def feed(s: Setup, data: TokenFile, path: Path, pad_id: int, rank: int = 0, epoc
             return
 
 
+def ignore_stop_signals(_worker_id: int) -> None:
+    """A loader process ignores SIGTERM and SIGINT: sent to the run's process group, they are
+    for the driver, which stops after the step under way (train/preemption.py) and needs its
+    loaders until then; the loader processes end with their parent."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def micro_batches(steps: Iterator[Step], data: TokenFile, path: Path, pad_id: int, multiple: int,
                   loader_workers: int, prefetch: int, pin: bool):
     """Yield (step, host micro-batches) in plan order; with loader_workers > 0 a torch
@@ -188,7 +197,8 @@ def micro_batches(steps: Iterator[Step], data: TokenFile, path: Path, pad_id: in
         plan = [idx for s in epoch_steps for idx in s.micro]
         loader = iter(torch.utils.data.DataLoader(
             MicroBatches(str(path), plan, pad_id, multiple), batch_size=None, shuffle=False,
-            num_workers=loader_workers, prefetch_factor=prefetch, pin_memory=pin))
+            num_workers=loader_workers, prefetch_factor=prefetch, pin_memory=pin,
+            worker_init_fn=ignore_stop_signals))
         for s in epoch_steps:
             yield s, (next(loader) for _ in s.micro)
 

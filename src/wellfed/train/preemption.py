@@ -26,6 +26,10 @@ collective, over gloo even when the gradients go over NCCL, so it never syncs th
 on this (busy) 2-core machine: 0.07 ms for the check on the pending call, 0.6 ms for the
 all-reduce between 2 ranks, per step.
 
+One local worker trains in the driver's own process (train/local.py): there the signal needs
+no channel, `run_stoppable` sets a threading.Event that the loop checks after every step, and
+the rest is the same.
+
 A second signal stops at once: the driver exits, taking Ray with it, and the work since the last
 registered checkpoint is lost, as before.
 

@@ -27,6 +27,9 @@ from wellfed.data import staging
 from wellfed.train import checkpoint
 
 RUN_FILE = "wellfed_run.json"
+TRACEBACK = "traceback.txt"
+"""Beside the checkpoints: the traceback of an in-process failure (train/local.py), removed once
+the run finishes."""
 
 
 @dataclass(frozen=True)
