@@ -9,7 +9,7 @@ loop itself, and does what Ray Train did around it with the same parts:
   CheckpointConfig. The run folder gets Ray's layout and snapshot, so a run stopped here resumes
   under Ray Train (on 2 workers, say) and the other way round, and the best and latest
   checkpoints are kept as Ray keeps them. Both classes are Ray internals
-  (`ray.train.v2._internal`): pyproject.toml pins ray to 2.60.x, and tests/train/test_local.py
+  (`ray.train.v2._internal`): pyproject.toml pins ray to 2.60.x, and tests/train/test_selection.py
   and the preemption tests pin the behaviour;
 - reports: the same MlflowCallback, called as Ray's controller calls it (`after_report`);
 - preemption: the same `run_stoppable`; the stop check is a threading.Event;
