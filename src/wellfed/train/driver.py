@@ -332,7 +332,8 @@ def finish(result, run: runs.Run, uri: str, run_id: str, backlog: Path, keep: st
         print(f"[wellfed] removed {removed} superseded or orphaned checkpoint dir(s)", flush=True)
 
 
-def derived_params(job: TrainJob, run: runs.Run, ray_cfg: RayConfig, use_gpu: bool, engine: str) -> dict:
+def derived_params(job: TrainJob, run: runs.Run, ray_cfg: RayConfig, use_gpu: bool,
+                   engine: str) -> dict:
     """What the driver decided, logged with the params as `derived.*`."""
     return {"derived.world_size": ray_cfg.num_workers, "derived.use_gpu": use_gpu,
             "derived.accumulation_steps": job.train.accumulation_steps(ray_cfg.num_workers),
