@@ -16,9 +16,8 @@ from wellfed import evaluation, serving, tasks, tracking  # noqa: E402
 from wellfed.cli import one_line, stage  # noqa: E402
 from wellfed.config import SECTIONS, flatten, load_params  # noqa: E402
 from wellfed.data.shards import TokenFile  # noqa: E402
-from wellfed.outputs import atomic_path, write_json  # noqa: E402
-from wellfed.telemetry import diagnosis, plots  # noqa: E402
-from wellfed.telemetry.phases import Phases, breakdown  # noqa: E402
+from wellfed.outputs import write_json  # noqa: E402
+from wellfed.telemetry.phases import Phases, breakdown, split_train  # noqa: E402
 from wellfed.train import driver, preemption, runs  # noqa: E402
 
 
@@ -30,13 +29,14 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir):
     params = flatten(dict(zip(SECTIONS, load_params("params.yaml", *SECTIONS))))
     tokens, out = Path(tokens_dir), Path(train_dir)
     meta = json.loads((tokens / "meta.json").read_text())
+    task = meta.get("task", "single_label")
     uri = tracking.tracking_uri(mlflow_cfg.tracking_uri, Path.cwd())
     started, clock = time.time(), Phases({"imports + params": time.time() - STARTED})
     try:
         checkpoint, run_id, info = driver.fit(
             tokens_dir=tokens, model_source=meta["model_source"], labels=meta["labels"],
-            pad_id=meta["pad_id"], task=meta.get("task", "single_label"), model_cfg=model_cfg, train_cfg=train_cfg, data_cfg=data_cfg,
-            ray_cfg=ray_cfg, storage=Path(checkpoint_dir), uri=uri,
+            pad_id=meta["pad_id"], task=task, model_cfg=model_cfg, train_cfg=train_cfg,
+            data_cfg=data_cfg, ray_cfg=ray_cfg, storage=Path(checkpoint_dir), uri=uri,
             experiment=mlflow_cfg.experiment, params=params, tags=tracking.git_tags(Path.cwd()),
             clock=clock)
     except preemption.Stopped as stop:  # SIGTERM (SLURM, spot) or Ctrl-C: one line, 128 + signal
@@ -44,7 +44,6 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir):
         sys.exit(stop.exit_code)
     with clock("export"):
         history = driver.export_model(checkpoint, tokens, Path(model_dir), uri, run_id)
-    task = meta.get("task", "single_label")
     model_info = {"task": task, "text_columns": meta.get("text_columns", ["text"]),
                   "threshold": tasks.VAL_THRESHOLD, "max_length": meta.get("max_length", 128)}
     if task == "multi_label" and train_cfg.threshold != "tune":
@@ -59,19 +58,7 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir):
     tasks.write_model_info(Path(model_dir), model_info)  # predict/serve read it beside config.json
     seconds = time.time() - started
     with clock("history + plots + diagnosis"):
-        driver.write_history(history, tracking.metric_table(uri, run_id, tracking.PERF_CURVE),
-                             out / "history")
-        with atomic_path(out / "plots", is_dir=True) as tmp:
-            plots.plot_history(out / "history", tmp)
-        tracking.log_artifacts(uri, run_id, out / "plots", "plots")
-        figures = diagnosis.figures_from_history(
-            tracking.metric_histories(uri, run_id, ("perf/", "worker")),
-            data_cfg.loader_workers, train_cfg.micro_batch_size)
-        text, diag = diagnosis.report(figures)
-        with atomic_path(out / "diagnosis.md") as tmp:
-            tmp.write_text(text, encoding="utf-8")
-        write_json(out / "diagnosis.json", diag)
-        tracking.log_text(uri, run_id, text, "diagnosis.md")
+        text, figures = driver.write_reports(history, uri, run_id, out, data_cfg, train_cfg)
     print(text)
 
     metrics = driver.summarize(history, seconds, figures, checkpoint.best)
@@ -100,27 +87,15 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir):
 
 
 def time_breakdown(clock: Phases, uri: str, run_id: str) -> str:
-    """The stage's wall time in parts: the driver's own phases, with "train" split into the
-    worker's parts (time/worker_*_s, logged with each report) and what was spent around them
-    (on Ray: controller and worker start and stop, the last report). Logged as time/* too."""
-    import mlflow
-
-    client = mlflow.MlflowClient(uri)
-    worker = {}
-    for key in (k for k in client.get_run(run_id).data.metrics if k.startswith("time/worker_")):
-        # This attempt's reports only: a resumed run also holds the interrupted attempt's.
-        now = [m for m in client.get_metric_history(run_id, key) if m.timestamp >= STARTED * 1000]
-        if now:
-            worker[key.removeprefix("time/worker_").removesuffix("_s")] = max(
-                now, key=lambda m: (m.step, m.timestamp)).value
-    parts = {k: v for k, v in clock.seconds.items() if k != "train"}
-    parts.update(worker)
-    around = "ray train start/stop" if "ray start" in clock.seconds else "train start/stop"
-    parts[around] = max(clock.seconds.get("train", 0) - sum(worker.values()), 0)
+    """The stage's wall time in parts (telemetry/phases.py), "train" split by the worker's own
+    time/worker_*_s; logged as time/stage_s and time/fixed_s too."""
+    # This attempt's reports only: a resumed run also holds the interrupted attempt's.
+    worker = {k.removeprefix("time/worker_").removesuffix("_s"): values[-1] for k, values in
+              tracking.metric_histories(uri, run_id, ("time/worker_",), STARTED).items() if values}
     total = time.time() - STARTED
     tracking.log_metrics(uri, run_id, {"time/stage_s": total,
                                        "time/fixed_s": total - worker.get("steps", 0.0)})
-    return breakdown(total, parts)
+    return breakdown(total, split_train(clock.seconds, worker))
 
 
 if __name__ == "__main__":

@@ -233,13 +233,17 @@ def log_artifacts(uri: str, run_id: str, local_dir: str | Path, artifact_path: s
     mlflow.MlflowClient(uri).log_artifacts(run_id, str(local_dir), artifact_path)
 
 
-def metric_histories(uri: str, run_id: str, prefixes: tuple[str, ...]) -> dict[str, list[float]]:
-    """Every logged value (in step order) of the run's metrics whose key starts with `prefixes`."""
+def metric_histories(uri: str, run_id: str, prefixes: tuple[str, ...],
+                     since: float = 0.0) -> dict[str, list[float]]:
+    """Every logged value (in step order) of the run's metrics whose key starts with `prefixes`;
+    with `since` (seconds since the epoch), only values logged from then on."""
     import mlflow
 
     client = mlflow.MlflowClient(uri)
     keys = [k for k in client.get_run(run_id).data.metrics if k.startswith(prefixes)]
-    return {k: [m.value for m in sorted(client.get_metric_history(run_id, k), key=lambda m: m.step)]
+    return {k: [m.value for m in sorted(client.get_metric_history(run_id, k),
+                                        key=lambda m: (m.step, m.timestamp))
+                if m.timestamp >= since * 1000]
             for k in keys}
 
 

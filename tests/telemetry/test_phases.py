@@ -33,3 +33,13 @@ def test_breakdown_sorts_parts_shows_the_uncovered_rest_and_the_fixed_cost():
     assert line.startswith("60.0 s: other 25.0, steps 20.0, validation 11.0, ray start 4.0;")
     assert "tiny" not in line  # under 0.05 s: not worth a word
     assert line.endswith("fixed cost (all but steps) 40.0 s")
+
+
+def test_train_is_split_into_the_workers_parts_and_what_was_around_them():
+    from wellfed.telemetry.phases import split_train
+
+    worker = {"setup": 3.0, "steps": 20.0}
+    assert split_train({"export": 1.0, "train": 25.0}, worker) == {
+        "export": 1.0, "setup": 3.0, "steps": 20.0, "train start/stop": 2.0}
+    on_ray = split_train({"ray start": 4.0, "train": 45.0}, worker)
+    assert on_ray["ray train start/stop"] == 22.0 and "train" not in on_ray

@@ -42,3 +42,14 @@ def breakdown(total: float, parts: dict[str, float], steps: str = "steps") -> st
     text = ", ".join(f"{name} {secs:.1f}" for name, secs in
                      sorted(shown.items(), key=lambda kv: -kv[1]) if secs >= 0.05)
     return f"{total:.1f} s: {text}; fixed cost (all but {steps}) {fixed:.1f} s"
+
+
+def split_train(seconds: dict[str, float], worker: dict[str, float]) -> dict[str, float]:
+    """The driver's phases with its "train" phase replaced by the worker's own parts (setup,
+    steps, validation...) and what was spent around them: on Ray Train (the driver has a "ray
+    start" phase) its controller and worker start and stop and the last report."""
+    parts = {k: v for k, v in seconds.items() if k != "train"}
+    parts.update(worker)
+    around = "ray train start/stop" if "ray start" in seconds else "train start/stop"
+    parts[around] = max(seconds.get("train", 0.0) - sum(worker.values()), 0.0)
+    return parts

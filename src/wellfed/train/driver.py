@@ -506,3 +506,26 @@ def write_history(history: list[dict], perf: list[dict], directory: Path) -> Non
             val = frame.dropna(subset=["val/loss"])[["step", *keys]]
             val.rename(columns={k: k.replace("/", "_") for k in keys}).to_csv(
                 tmp / "validation.csv", index=False)
+
+
+def write_reports(history: list[dict], uri: str, run_id: str, out: Path, data_cfg: DataConfig,
+                  train_cfg: TrainConfig):
+    """The train stage's reports under `out` (history/*.csv, plots/, diagnosis.md/.json), the
+    plots and the diagnosis also in the MLflow run; return (the diagnosis text, its figures)."""
+    from wellfed.outputs import atomic_path, write_json
+    from wellfed.telemetry import diagnosis, plots
+
+    write_history(history, tracking.metric_table(uri, run_id, tracking.PERF_CURVE),
+                  out / "history")
+    with atomic_path(out / "plots", is_dir=True) as tmp:
+        plots.plot_history(out / "history", tmp)
+    tracking.log_artifacts(uri, run_id, out / "plots", "plots")
+    figures = diagnosis.figures_from_history(
+        tracking.metric_histories(uri, run_id, ("perf/", "worker")),
+        data_cfg.loader_workers, train_cfg.micro_batch_size)
+    text, diag = diagnosis.report(figures)
+    with atomic_path(out / "diagnosis.md") as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    write_json(out / "diagnosis.json", diag)
+    tracking.log_text(uri, run_id, text, "diagnosis.md")
+    return text, figures

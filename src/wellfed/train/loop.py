@@ -443,18 +443,16 @@ def train(job: TrainJob, place: Place, report: Report, *, resume: Path | None = 
                 # A new best may become data/model, so it gets a checkpoint of its own.
                 do_ckpt = do_ckpt or early or (new_best and cfg.select == "best")
             state["history"] += pending[:-1] + [dict(pending[-1], **metrics.get("val", {}))]
+            saving = do_ckpt and place.rank == 0
             if do_ckpt:
                 metrics[selection.RANK_KEY] = state["best"]["rank"] if new_best else 0
-                with tempfile.TemporaryDirectory() as tmp:
+            with tempfile.TemporaryDirectory() as tmp:
+                if saving:
                     with clock("checkpoints"):
-                        if place.rank == 0:
-                            checkpoint.save(Path(tmp), s, state, last or early, Path(traces))
-                    with clock("reports"):  # Ray copies the checkpoint into its storage here
-                        report({**metrics, "timing": dict(clock.seconds)},
-                               Path(tmp) if place.rank == 0 else None)
-            else:
-                with clock("reports"):
-                    report({**metrics, "timing": dict(clock.seconds)}, None)
+                        checkpoint.save(Path(tmp), s, state, last or early, Path(traces))
+                with clock("reports"):  # the sink copies the checkpoint into its storage here
+                    report({**metrics, "timing": dict(clock.seconds)},
+                           Path(tmp) if saving else None)
             pending, values = [], []
             meter.reset()
             if early and place.rank == 0:
