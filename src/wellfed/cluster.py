@@ -95,3 +95,21 @@ def connect(ray_cfg: RayConfig) -> None:
     res = ray.cluster_resources()
     log.info("ray: %s, %d node(s), %g CPUs, %g GPUs", address or "local",
              len([n for n in ray.nodes() if n["Alive"]]), res.get("CPU", 0), res.get("GPU", 0))
+
+
+def live_nodes() -> list[dict]:
+    """The resources ({"CPU": 2.0, "GPU": 1.0, ...}) of every live node of the connected cluster."""
+    import ray
+
+    return [n["Resources"] for n in ray.nodes() if n["Alive"]]
+
+
+def room(nodes: list[dict], per_worker: dict[str, float]) -> int:
+    """How many workers that each need `per_worker` ({"CPU": 2, "GPU": 1}) fit on `nodes`."""
+    return sum(min(int(n.get(k, 0) // v) for k, v in per_worker.items()) for n in nodes)
+
+
+def described(nodes: list[dict]) -> str:
+    """`2 node(s), 4 CPUs, 0 GPUs`: what a "do not fit" message says the cluster has."""
+    return (f"{len(nodes)} node(s), {sum(n.get('CPU', 0) for n in nodes):g} CPUs, "
+            f"{sum(n.get('GPU', 0) for n in nodes):g} GPUs")

@@ -139,17 +139,16 @@ def ray_predictions(model_dir: str | Path, chunks: Iterable[pd.DataFrame], worke
 def worker_devices(workers: int) -> bool:
     """Whether each worker gets a GPU (when the cluster has any); refuse, before Ray Data would
     wait forever, more workers than the cluster has devices for."""
-    import ray
+    from wellfed import cluster
 
-    nodes = [n["Resources"] for n in ray.nodes() if n["Alive"]]
-    cpus = sum(n.get("CPU", 0) for n in nodes)
-    gpus = sum(n.get("GPU", 0) for n in nodes)
-    room = sum(int(n.get("GPU" if gpus else "CPU", 0)) for n in nodes)
+    nodes = cluster.live_nodes()
+    device = "GPU" if any(n.get("GPU", 0) for n in nodes) else "CPU"
+    room = cluster.room(nodes, {device: 1})
     if workers > room:
-        raise ValueError(f"{workers} predict workers with 1 {'GPU' if gpus else 'CPU'} each do "
-                         f"not fit this cluster ({len(nodes)} node(s), {cpus:g} CPUs, {gpus:g} "
-                         f"GPUs: room for {room}); lower --workers (predict.workers) or add nodes")
-    return gpus > 0
+        raise ValueError(f"{workers} predict workers with 1 {device} each do not fit this cluster "
+                         f"({cluster.described(nodes)}: room for {room}); lower --workers "
+                         "(predict.workers) or add nodes")
+    return device == "GPU"
 
 
 def write_predictions(predictions: Iterable[pd.DataFrame], output_path: Path) -> int:

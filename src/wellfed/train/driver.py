@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from wellfed import tasks, tracking
+from wellfed import cluster, tasks, tracking
 from wellfed.cli import Interrupted, StageError
 from wellfed.cluster import cluster_address, connect, local_token_auth
 from wellfed.data import staging
@@ -75,23 +75,14 @@ def check_resources(ray_cfg: RayConfig, use_gpu: bool, nodes: list[dict] | None 
                     where: str = "this cluster") -> None:
     """Refuse, before Ray waits forever, a request no node set of this cluster can place;
     `nodes` (each node's resources) defaults to the connected cluster's."""
-    if nodes is None:
-        import ray
-
-        nodes = [n["Resources"] for n in ray.nodes() if n["Alive"]]
-    fits = sum(int(n.get("CPU", 0) // ray_cfg.cpus_per_worker) for n in nodes)
-    if use_gpu:
-        fits = sum(min(int(n.get("CPU", 0) // ray_cfg.cpus_per_worker), int(n.get("GPU", 0)))
-                   for n in nodes)
+    nodes = cluster.live_nodes() if nodes is None else nodes
+    fits = cluster.room(nodes, {"CPU": ray_cfg.cpus_per_worker, **({"GPU": 1} if use_gpu else {})})
     if fits >= ray_cfg.num_workers:
         return
-    cpus = sum(n.get("CPU", 0) for n in nodes)
-    gpus = sum(n.get("GPU", 0) for n in nodes)
     raise ValueError(
         f"ray.num_workers = {ray_cfg.num_workers} workers with {ray_cfg.cpus_per_worker} CPU(s)"
-        f"{' and 1 GPU' if use_gpu else ''} each do not fit {where} ({len(nodes)} node(s), "
-        f"{cpus:g} CPUs, {gpus:g} GPUs: room for {fits}); lower ray.num_workers or "
-        "ray.cpus_per_worker, or add nodes")
+        f"{' and 1 GPU' if use_gpu else ''} each do not fit {where} ({cluster.described(nodes)}"
+        f": room for {fits}); lower ray.num_workers or ray.cpus_per_worker, or add nodes")
 
 
 def preflight(train_cfg: TrainConfig, ray_cfg: RayConfig) -> None:
