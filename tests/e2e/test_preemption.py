@@ -138,10 +138,11 @@ def test_sigterm_in_process_saves_the_step_under_way_and_a_rerun_on_ray_resumes_
     print(f"\nSIGTERM when MLflow had step {before}: stopped at step {step}, stage gone "
           f"{seconds:.1f} s after the signal")
     # Nothing the worker had done is lost: the checkpoint holds at least every step already
-    # logged, and it stopped at the next step boundary, not at some later one (in-process, a
-    # report is logged before the next step starts; one interval allows for MLflow logging a
-    # report between our read and the signal).
-    assert before <= step <= before + REPORT_EVERY + 1
+    # logged, and it stopped at a step boundary soon after the signal. It can be a report
+    # interval ahead of MLflow (the steps since the last report), and it keeps stepping while
+    # this test reads MLflow and sends the signal (the tiny model takes tens of ms a step: one
+    # run here went from step 30 logged to a stop at 36); the bound of the Ray path allows both.
+    assert before <= step <= before + 3 * REPORT_EVERY + 1
     assert checkpointed_step(project) == step
     assert logged_steps(project) == list(range(1, step + 1))
     _, runs = mlflow_runs(project)
