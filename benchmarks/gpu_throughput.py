@@ -29,15 +29,17 @@ alone (its setup/feed/train_step, the path loop.train runs), into gpu_autobatch.
   timed window) and again at the first changes of shape (inside it), so each run also records
   `first_steps_s` (its first 3 steps) and `steady_real_tokens_per_s` (its second half of steps).
   The result file is rewritten after each part, so a run cut short keeps what it measured.
-  Seen on an H100 (torch 2.11, 2026-11-23): the first compiled run stalled over 5 minutes in
-  inductor's parallel kernel compile (waiting on its futures) at its third graph (dynamic
-  width, padding mask); if it does again, try TORCHINDUCTOR_COMPILE_THREADS=1.
+  Seen on an H100 (torch 2.11, 2026-11-23): the first compiled run stalled over 5 minutes (and
+  over 7 with TORCHINDUCTOR_COMPILE_THREADS=1) in inductor compiling its third graph, the
+  dynamic-width one without an attention mask (a batch with no padding); a compiled model is
+  now always given the mask. `compile` runs this part alone, keeping the auto figures.
 
-usage: python benchmarks/gpu_throughput.py [step|auto]   (WELLFED_SST2_DIR, WELLFED_MODEL_DIR override)
+usage: python benchmarks/gpu_throughput.py [step|auto|compile]   (WELLFED_SST2_DIR, WELLFED_MODEL_DIR override)
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import tempfile
 import time
@@ -275,28 +277,32 @@ def run_knobs(data, arrow: Path, pad_id: int, *, batch: int, tokens: int | str =
 
 
 def autobatch_and_compile(texts_all, labels_all, tokenizer, tmp: Path, sampler,
-                          device_name: str, save) -> dict:
-    """gpu_autobatch.json's figures: micro_batch_tokens auto at batch 256, compile off vs on;
-    `save(results)` after each part."""
+                          device_name: str, save, results: dict | None = None) -> dict:
+    """gpu_autobatch.json's figures: micro_batch_tokens auto at batch 256 (unless `results`
+    holds them already), compile off vs on; `save(results)` after each part."""
+    import faulthandler
+
     import torch
 
-    data, arrow = token_rows(texts_all, labels_all, tokenizer, tmp, 0)
-    torch.cuda.reset_peak_memory_stats()
-    record, model, chose = run_knobs(data, arrow, tokenizer.pad_token_id, batch=256,
-                                     tokens="auto", sampler=sampler)
-    rows_per_step(record, 256)
-    record.update(gpu_figures(model, record, sampler, device_name))
-    record.pop("cpu_share", None)
-    del model
-    results = {"auto_b256": {"rows": len(data), **chose, "run": record}}
-    save(results)
-    print(f"[bench] gpu auto: budget {chose['micro_batch_tokens']} ({chose['how']}), "
-          f"setup {chose['setup_s']} s, {record['real_tokens_per_s']:,.0f} real tok/s, "
-          f"peak {record['peak_memory_gb']} GB", flush=True)
+    if results is None:
+        data, arrow = token_rows(texts_all, labels_all, tokenizer, tmp, 0)
+        torch.cuda.reset_peak_memory_stats()
+        record, model, chose = run_knobs(data, arrow, tokenizer.pad_token_id, batch=256,
+                                         tokens="auto", sampler=sampler)
+        rows_per_step(record, 256)
+        record.update(gpu_figures(model, record, sampler, device_name))
+        record.pop("cpu_share", None)
+        del model
+        results = {"auto_b256": {"rows": len(data), **chose, "run": record}}
+        save(results)
+        print(f"[bench] gpu auto: budget {chose['micro_batch_tokens']} ({chose['how']}), "
+              f"setup {chose['setup_s']} s, {record['real_tokens_per_s']:,.0f} real tok/s, "
+              f"peak {record['peak_memory_gb']} GB", flush=True)
     for batch, rows in COMPILE_CASES:
         data, arrow = token_rows(texts_all, labels_all, tokenizer, tmp, rows)
         runs, warm = {False: [], True: []}, {}
         for compiled in (False, True, False, True, True, False):  # warm-ups, then A B B A
+            faulthandler.dump_traceback_later(240)  # a run that stalls says where
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
             record, model, chose = run_knobs(data, arrow, tokenizer.pad_token_id,
@@ -305,6 +311,7 @@ def autobatch_and_compile(texts_all, labels_all, tokenizer, tmp: Path, sampler,
             record.update(gpu_figures(model, record, sampler, device_name), **chose)
             record.pop("cpu_share", None)
             del model
+            faulthandler.cancel_dump_traceback_later()
             (runs[compiled] if compiled in warm else warm.setdefault(compiled, [])).append(record)
             print(f"[bench] gpu compile={compiled} b{batch}: "
                   f"{record['real_tokens_per_s']:,.0f} real tok/s "
@@ -364,8 +371,8 @@ def main() -> None:
     if not torch.cuda.is_available():  # no result file: it would replace a real GPU's figures
         print(f"[bench] {NAME}: skipped: no CUDA device")
         return
-    if sys.argv[1:] == ["auto"]:
-        return main_auto()
+    if sys.argv[1:] in (["auto"], ["compile"]):
+        return main_auto(compile_only=sys.argv[1] == "compile")
     harness.require_sst2(NAME)
     clock = harness.Clock()
     import datasets
@@ -458,8 +465,9 @@ def main() -> None:
         print(f"  sync x{count}: {source}")
 
 
-def main_auto() -> None:
-    """`auto` mode: single process, no Ray/MLflow/DVC, no HF Trainer (so no `datasets`)."""
+def main_auto(compile_only: bool = False) -> None:
+    """`auto` mode: single process, no Ray/MLflow/DVC, no HF Trainer (so no `datasets`).
+    `compile` mode: its compile part alone, keeping the auto figures gpu_autobatch.json has."""
     harness.require_sst2(NAME)
     clock = harness.Clock()
     _, device_name, texts_all, labels_all, tokenizer, sampler = cuda_session()
@@ -473,8 +481,11 @@ def main_auto() -> None:
             "machine": harness.machine(), **clock.summary()}, folder=OUT)
 
     with tempfile.TemporaryDirectory() as tmp:
+        kept = None
+        if compile_only:
+            kept = {"auto_b256": json.loads((OUT / "gpu_autobatch.json").read_text())["auto_b256"]}
         autobatch_and_compile(texts_all, labels_all, tokenizer, Path(tmp), sampler, device_name,
-                              save)
+                              save, kept)
     sampler.stop()
 
 

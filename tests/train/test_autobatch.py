@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import functools
 import itertools
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
@@ -46,14 +48,15 @@ def train_steps(token_file, model_dir, tokens, oom=None, compile=False, steps=ST
                       precision="fp32", seed=3, warmup_ratio=0.0, lr=1e-3, compile=compile)
     s = setup(cfg, model, len(data), CPU, lengths=data.lengths)
     s.model.eval()
-    widths = []
+    widths, kept_masks = [], []
     forward = dev.forward
 
-    def planted(model, batch, host):
+    def planted(model, batch, host, **kw):
         widths.append(host["input_ids"].size)
+        kept_masks.append(kw.get("keep_mask", False))
         if oom and oom(host):
             raise torch.OutOfMemoryError("CUDA out of memory (planted)")
-        return forward(model, batch, host)
+        return forward(model, batch, host, **kw)
 
     meter = StepMeter(CPU, Peak(1e12, "test"), model.config)
     gather = functools.partial(collate, data, pad_id=0, multiple=1)
@@ -66,6 +69,7 @@ def train_steps(token_file, model_dir, tokens, oom=None, compile=False, steps=ST
             halvings.append(s.halvings)
     params = torch.cat([p.detach().flatten() for p in s.model.parameters()])
     return {"s": s, "params": params, "losses": losses, "tokens_fed": widths, "meter": meter,
+            "kept_masks": kept_masks,
             "halvings": halvings, "first": first, "lengths": data.lengths}
 
 
@@ -195,6 +199,23 @@ def test_config_takes_auto_or_a_count_and_refuses_anything_else():
         load_section({"train": {"compile": "yes"}}, "train")
 
 
+def test_forward_drops_an_unpadded_batch_mask_unless_told_to_keep_it():
+    """Eager: no mask takes the faster unmasked attention; compiled: the mask always goes in, so
+    unpadded batches reuse the padded batches' graphs."""
+    seen = []
+
+    class Stub(torch.nn.Module):
+        def forward(self, input_ids, attention_mask=None):
+            seen.append(attention_mask)
+            return SimpleNamespace(logits=input_ids.float())
+
+    host = {"input_ids": np.ones((2, 3), np.int64), "attention_mask": np.ones((2, 3), np.int64)}
+    batch = dev.to_device(host, CPU)
+    dev.forward(Stub(), batch, host)
+    dev.forward(Stub(), batch, host, keep_mask=True)
+    assert seen[0] is None and seen[1] is batch["attention_mask"]
+
+
 def compiled_vs_eager(token_file, model_dir) -> None:
     """2 steps with train.compile on and off: the same losses and weights, and the model that
     validation and checkpoints use is the plain one."""
@@ -205,6 +226,7 @@ def compiled_vs_eager(token_file, model_dir) -> None:
     s = compiled["s"]
     assert s.compiled is not None and s.compiled is not s.model
     assert not any("_orig_mod" in key for key in unwrap(s.model).state_dict())
+    assert all(compiled["kept_masks"]) and not any(eager["kept_masks"])  # one graph family
     assert compiled["losses"] == pytest.approx(eager["losses"], rel=1e-4)
     torch.testing.assert_close(compiled["params"], eager["params"], rtol=1e-4, atol=1e-5)
 

@@ -229,7 +229,7 @@ def accumulate(s: Setup, step: Step, batches: Iterator[dict], meter: StepMeter,
         last = i == len(step.micro) - 1
         with meter.computing(), (contextlib.nullcontext() if last else no_sync()):
             with dev.autocast(s.device, s.precision):
-                logits = dev.forward(model, batch, host)
+                logits = dev.forward(model, batch, host, keep_mask=s.compiled is not None)
             rows = tasks.row_loss(s.task, logits, batch["labels"], s.loss_weights)
             # Sum over this rank's rows / rows in the global batch; DDP averages gradients over
             # ranks, so x world makes the gradient that of the whole global batch's mean loss.
