@@ -21,11 +21,16 @@ def test_a_cpu_peak_keeps_the_best_measurement_seen_on_the_machine(tmp_path, mon
     later, faster one (3e11) raises it for every run after."""
     from wellfed.telemetry import peak as peaks
 
-    readings = iter([2e11, 0.5e11, 3e11, 1e11])
-    monkeypatch.setattr(peaks, "measure_peak",
-                        lambda d, t: peaks.Peak(next(readings), "estimate:x"))
+    readings, repeats = iter([2e11, 0.5e11, 3e11, 1e11]), []
+
+    def measure(device, dtype, repeats_=5, **kw):
+        repeats.append(kw.get("repeats", repeats_))
+        return peaks.Peak(next(readings), "estimate:x")
+
+    monkeypatch.setattr(peaks, "measure_peak", measure)
     got = [peaks.cached_peak(torch.device("cpu"), "cpu", None, cache=tmp_path) for _ in range(4)]
     assert [p.flops for p in got] == [2e11, 2e11, 3e11, 3e11]
+    assert repeats == [5, 1, 1, 1]  # best of 5 on a first run; one product once a best is kept
     assert got[1].source == "estimate:x (best on this machine)" and got[2].source == "estimate:x"
     assert len(list(tmp_path.glob("peak-*.json"))) == 1
 

@@ -15,10 +15,9 @@ SERIES = [("loss", "train loss", "steps.csv"), ("val_accuracy", "validation accu
 
 
 def plot_history(history_dir: Path, out_dir: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    # A Figure of its own (Agg canvas), not pyplot: no global figure state, and pyplot's import
+    # is ~0.3 s of every train stage.
+    from matplotlib.figure import Figure
 
     written = []
     for column, title, name in SERIES:
@@ -28,7 +27,8 @@ def plot_history(history_dir: Path, out_dir: Path) -> list[Path]:
         frame = pd.read_csv(path)
         if column not in frame:
             continue
-        fig, ax = plt.subplots(figsize=(6, 3.2), dpi=110)
+        fig = Figure(figsize=(6, 3.2), dpi=110)
+        ax = fig.subplots()
         ax.plot(frame["step"], frame[column], marker="o" if len(frame) < 30 else None)
         ax.set_xlabel("optimizer step")
         ax.set_title(title)
@@ -36,6 +36,5 @@ def plot_history(history_dir: Path, out_dir: Path) -> list[Path]:
         fig.tight_layout()
         target = out_dir / f"{column.replace('/', '_')}.png"
         fig.savefig(target, format="png")
-        plt.close(fig)
         written.append(target)
     return written

@@ -350,8 +350,10 @@ def fit_in_process(job: TrainJob, run: runs.Run, ray_cfg: RayConfig, uri: str, e
     log.info("in process: 1 worker on %s with %d thread(s), no Ray started (ray.in_process: "
              "auto; a cluster or more workers run on Ray Train)", "cuda:0" if use_gpu else "cpu",
              ray_cfg.cpus_per_worker)
-    run_id, backlog = open_run(run, uri, experiment, params, tags,
-                               derived_params(job, run, ray_cfg, use_gpu, "in_process"), storage)
+    with clock("mlflow run start"):  # MLflow's and Ray's imports, its store, params
+        run_id, backlog = open_run(run, uri, experiment, params, tags,
+                                   derived_params(job, run, ray_cfg, use_gpu, "in_process"),
+                                   storage)
     try:
         with clock("train"):
             result = run_in_process(job, ray_cfg, use_gpu, run, uri, run_id, backlog, storage)
@@ -378,9 +380,10 @@ def fit_on_ray(job: TrainJob, run: runs.Run, ray_cfg: RayConfig, tokens_dir: Pat
             loop_config["tokens_hash"] = run.data_hash
             print(f"[wellfed] token files {'uploaded to' if sent else 'already at'} "
                   f"{loop_config['tokens_uri']}", flush=True)
-        run_id, backlog = open_run(run, uri, experiment, params, tags,
-                                   derived_params(job, run, ray_cfg, use_gpu, "ray_train"),
-                                   storage)
+        with clock("mlflow run start"):
+            run_id, backlog = open_run(run, uri, experiment, params, tags,
+                                       derived_params(job, run, ray_cfg, use_gpu, "ray_train"),
+                                       storage)
         try:
             with clock("train"):
                 result = run_trainer(loop_config, ray_cfg, use_gpu, run, uri, run_id, backlog)
