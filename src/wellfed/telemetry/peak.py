@@ -82,12 +82,12 @@ def cached_peak(device: torch.device, device_name: str, dtype: torch.dtype | Non
     path = (cache or cache_dir()) / f"peak-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
     try:
         saved = json.loads(path.read_text())
-        saved_flops = float(saved["flops"])
+        saved = Peak(float(saved["flops"]), str(saved["source"]))
     except (OSError, ValueError, KeyError, TypeError):
-        saved = None
+        saved = None  # none yet, or unreadable: measured afresh and rewritten
     peak = measure_peak(device, dtype) if saved is None else measure_peak(device, dtype, repeats=1)
-    if saved is not None and saved_flops >= peak.flops:
-        return Peak(saved_flops, saved["source"] + " (best on this machine)")
+    if saved is not None and saved.flops >= peak.flops:
+        return Peak(saved.flops, saved.source + " (best on this machine)")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
