@@ -465,6 +465,19 @@ def main() -> None:
         print(f"  sync x{count}: {source}")
 
 
+def kept_auto_figures() -> dict:
+    """The auto figures the last gpu_autobatch.json holds, stamped with their own device and
+    machine (the file's top-level ones will describe the compile run)."""
+    try:
+        old = json.loads((OUT / "gpu_autobatch.json").read_text())
+        auto = old["auto_b256"]
+    except (OSError, ValueError, KeyError):
+        sys.exit(f"[bench] no auto figures in {OUT / 'gpu_autobatch.json'} to keep: run "
+                 "`python benchmarks/gpu_throughput.py auto` (both parts)")
+    auto.setdefault("measured_on", {"device": old.get("device"), "machine": old.get("machine")})
+    return {"auto_b256": auto}
+
+
 def main_auto(compile_only: bool = False) -> None:
     """`auto` mode: single process, no Ray/MLflow/DVC, no HF Trainer (so no `datasets`).
     `compile` mode: its compile part alone, keeping the auto figures gpu_autobatch.json has."""
@@ -483,7 +496,7 @@ def main_auto(compile_only: bool = False) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         kept = None
         if compile_only:
-            kept = {"auto_b256": json.loads((OUT / "gpu_autobatch.json").read_text())["auto_b256"]}
+            kept = kept_auto_figures()
         autobatch_and_compile(texts_all, labels_all, tokenizer, Path(tmp), sampler, device_name,
                               save, kept)
     sampler.stop()

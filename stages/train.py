@@ -17,7 +17,7 @@ from wellfed.cli import one_line, stage  # noqa: E402
 from wellfed.config import SECTIONS, flatten, load_params  # noqa: E402
 from wellfed.data.shards import TokenFile  # noqa: E402
 from wellfed.outputs import write_json  # noqa: E402
-from wellfed.telemetry.phases import Phases, breakdown, split_train  # noqa: E402
+from wellfed.telemetry.phases import Phases, stage_breakdown  # noqa: E402
 from wellfed.train import driver, preemption, runs  # noqa: E402
 
 
@@ -79,25 +79,13 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir):
                                   "ray_run": info["name"]})
     runs.mark_complete(info, run_id)
     try:  # a diagnostic: it must not fail a stage whose outputs are all written
-        print(f"[wellfed] train stage {time_breakdown(clock, uri, run_id)}")
+        print(f"[wellfed] train stage {stage_breakdown(clock, STARTED, uri, run_id)}")
     except Exception as err:
         print(f"[wellfed] WARNING: no time breakdown ({type(err).__name__}: {one_line(err)})",
               file=sys.stderr)
     shown = ", ".join(f"{k} {v:.4g}" if abs(v) < 1000 else f"{k} {v:.0f}"
                       for k, v in metrics.items())
     print(f"[wellfed] train done: {shown} (MLflow run {run_id})")
-
-
-def time_breakdown(clock: Phases, uri: str, run_id: str) -> str:
-    """The stage's wall time in parts (telemetry/phases.py), "train" split by the worker's own
-    time/worker_*_s; logged as time/stage_s and time/fixed_s too."""
-    # This attempt's reports only: a resumed run also holds the interrupted attempt's.
-    worker = {k.removeprefix("time/worker_").removesuffix("_s"): values[-1] for k, values in
-              tracking.metric_histories(uri, run_id, ("time/worker_",), STARTED).items() if values}
-    total = time.time() - STARTED
-    tracking.log_metrics(uri, run_id, {"time/stage_s": total,
-                                       "time/fixed_s": total - worker.get("steps", 0.0)})
-    return breakdown(total, split_train(clock.seconds, worker))
 
 
 if __name__ == "__main__":

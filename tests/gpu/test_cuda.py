@@ -186,10 +186,12 @@ def test_train_step_does_not_synchronise_the_host_on_unpadded_batches():
 
 
 def test_compiled_steps_match_eager_in_one_family_of_graphs(monkeypatch):
-    """train.compile with inductor on the GPU: batches of changing width, padded and not, give
-    the eager step's losses, and compile at most 2 graphs (the first shape, then one with the
-    width symbolic). An unpadded batch keeps its mask: without it, the mask-less graphs were a
-    second family, and on an H100 inductor stalled over 7 minutes compiling one."""
+    """train.compile with inductor on the GPU: batches of changing width, padded and not,
+    compile at most 2 graphs (the first shape, then one with the width symbolic) and give the
+    eager step's losses. An unpadded batch keeps its mask: without it, the mask-less graphs
+    were a second family, and on an H100 inductor stalled over 7 minutes compiling one."""
+    if not hasattr(torch._dynamo.config, "fail_on_recompile_limit_hit"):
+        pytest.skip("this torch cannot fail on a recompile limit")
     torch._dynamo.reset()
     monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)
     monkeypatch.setattr(torch._dynamo.config, "fail_on_recompile_limit_hit", True)
@@ -200,9 +202,11 @@ def test_compiled_steps_match_eager_in_one_family_of_graphs(monkeypatch):
     assert compiled.s.compiled is not None
     losses = []
     for run in (eager, compiled):
-        torch.manual_seed(2)  # the same dropout masks
+        run.model.eval()  # no dropout: inductor draws its own random masks
         losses.append([float(run.step([b])[0]) for b in batches])
-    assert losses[1] == pytest.approx(losses[0], rel=0.03)  # bf16 kernels differ, not the math
+    # A sanity check (a random-init model sits near ln 2 whatever it computes); the graph count
+    # above is the point of the test.
+    assert losses[1] == pytest.approx(losses[0], rel=1e-2)  # bf16 kernels differ, not the math
 
 
 def test_auto_budget_probe_finds_a_fitting_budget_on_the_device():

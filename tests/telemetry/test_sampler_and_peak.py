@@ -8,12 +8,15 @@ from wellfed.telemetry import gpu
 from wellfed.telemetry.peak import device_peak, table_peak
 
 
-def test_peak_table_and_measurement():
+def test_peak_table_and_measurement(tmp_path, monkeypatch):
+    monkeypatch.setenv("WELLFED_CACHE", str(tmp_path))  # a first run here: no best kept yet
     assert table_peak("NVIDIA H100 80GB HBM3", "bf16").flops == 989e12
     assert table_peak("NVIDIA H100 PCIe", "bf16").source == "table:H100 PCIe bf16"
     assert table_peak("Tesla T4", "bf16") is None  # T4 has no bf16: measure instead
     cpu = device_peak(torch.device("cpu"), "x86_64", "fp32", None)
     assert cpu.flops > 1e8 and cpu.source.startswith("estimate:best of 5 2048x2048 float32 matmuls on cpu")
+    again = device_peak(torch.device("cpu"), "x86_64", "fp32", None)  # one product, kept best
+    assert again.flops >= cpu.flops and again.source.startswith(cpu.source)
 
 
 def test_a_cpu_peak_keeps_the_best_measurement_seen_on_the_machine(tmp_path, monkeypatch):

@@ -226,6 +226,7 @@ def compiled_vs_eager(token_file, model_dir) -> None:
     s = compiled["s"]
     assert s.compiled is not None and s.compiled is not s.model
     assert not any("_orig_mod" in key for key in unwrap(s.model).state_dict())
+    assert len(compiled["kept_masks"]) == len(compiled["tokens_fed"]) > 0
     assert all(compiled["kept_masks"]) and not any(eager["kept_masks"])  # one graph family
     assert compiled["losses"] == pytest.approx(eager["losses"], rel=1e-4)
     torch.testing.assert_close(compiled["params"], eager["params"], rtol=1e-4, atol=1e-5)

@@ -53,3 +53,17 @@ def split_train(seconds: dict[str, float], worker: dict[str, float]) -> dict[str
     around = "ray train start/stop" if "ray start" in seconds else "train start/stop"
     parts[around] = max(seconds.get("train", 0.0) - sum(worker.values()), 0.0)
     return parts
+
+
+def stage_breakdown(clock: Phases, started: float, uri: str, run_id: str) -> str:
+    """The train stage's wall time since `started` (time.time()) in parts, "train" split by the
+    worker's own time/worker_*_s; logged to the run as time/stage_s and time/fixed_s too."""
+    from wellfed import tracking
+
+    # This attempt's reports only: a resumed run also holds the interrupted attempt's.
+    worker = {k.removeprefix("time/worker_").removesuffix("_s"): values[-1] for k, values in
+              tracking.metric_histories(uri, run_id, ("time/worker_",), started).items() if values}
+    total = time.time() - started
+    tracking.log_metrics(uri, run_id, {"time/stage_s": total,
+                                       "time/fixed_s": total - worker.get("steps", 0.0)})
+    return breakdown(total, split_train(clock.seconds, worker))

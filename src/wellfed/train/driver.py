@@ -400,8 +400,8 @@ def fit(*, tokens_dir: Path, model_source: str, labels: list[str], pad_id: int, 
         storage: Path, uri: str, experiment: str, params: dict, tags: dict,
         clock: Phases | None = None) -> tuple[Trained, str, dict]:
     """Train, in this process (one local worker) or on Ray Train; return (the checkpoints to
-    export, MLflow run id, run info). `clock` gets the seconds of training and, on Ray, of
-    Ray's start and stop."""
+    export, MLflow run id, run info). `clock` gets the seconds of the MLflow run's start, of
+    training and, on Ray, of Ray's start and stop."""
     clock = clock or Phases()
     local_token_auth(ray_cfg)
     from wellfed.train.loop import TrainJob
