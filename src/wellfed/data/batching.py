@@ -16,6 +16,8 @@ locally and a resumed run regenerates it and continues from the next unseen step
 
 from __future__ import annotations
 
+import bisect
+import math
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -34,6 +36,38 @@ class BatchSpec:
     pad_multiple: int = 1
     seed: int = 0
     pool_batches: int = 64
+    widths: tuple[int, ...] = ()
+    """The GPU's shape plan (data/shapes.py): the padded widths a micro-batch may have,
+    ascending, the last one the longest row's; () = each micro-batch is padded to its longest
+    row, rounded up to `pad_multiple`."""
+
+    def width(self, length: int) -> int:
+        """The padded width of a micro-batch whose longest row has `length` tokens."""
+        if not self.widths:
+            return padded_width(length, self.pad_multiple)
+        i = bisect.bisect_left(self.widths, int(length))
+        if i == len(self.widths):
+            raise ValueError(f"a row of {length} tokens is longer than the shape plan's widest "
+                             f"shape ({self.widths[-1]}); plan the shapes from these lengths")
+        return self.widths[i]
+
+    def rows_at(self, width: int) -> int:
+        """Rows of a micro-batch `width` tokens wide: at most micro_rows, fewer under the token
+        budget. In a shape plan it is the fixed row count of every micro-batch of that width
+        (weight-0 filler rows make up a short one), evened out so that a rank's share of a
+        global batch splits into equal parts: 256 rows at a cap of 248 are 2 x 128, not 248 + 8
+        rows and 240 of filler."""
+        cap = self.micro_rows
+        if self.micro_tokens:
+            cap = max(1, min(cap, self.micro_tokens // width))
+        if not self.widths:
+            return cap
+        share = math.ceil(self.global_batch / self.world_size)
+        return math.ceil(share / math.ceil(share / cap))
+
+    def shapes(self) -> list[tuple[int, int]]:
+        """The (rows, width) of every micro-batch a shape plan can make ([] without one)."""
+        return [(self.rows_at(w), w) for w in self.widths]
 
 
 @dataclass(frozen=True)
@@ -84,10 +118,7 @@ def cut(rows: np.ndarray, lengths: np.ndarray, spec: BatchSpec) -> list[np.ndarr
     """Greedy micro-batches over rows sorted longest first, within the row and token bounds."""
     parts, start = [], 0
     while start < len(rows):
-        width = padded_width(lengths[rows[start]], spec.pad_multiple)
-        take = spec.micro_rows
-        if spec.micro_tokens:
-            take = max(1, min(take, spec.micro_tokens // width))
+        take = spec.rows_at(spec.width(lengths[rows[start]]))
         parts.append(rows[start:start + take])
         start += take
     return parts
@@ -124,14 +155,38 @@ def iterate_steps(lengths: np.ndarray, spec: BatchSpec, rank: int, start_epoch: 
             every_rank = split_step(batches[index], lengths, spec)
             yield Step(epoch, index, len(batches[index]), every_rank[rank],
                        int(lengths[batches[index]].sum()),
-                       padded_tokens(every_rank, lengths, spec.pad_multiple))
+                       padded_tokens(every_rank, lengths, spec))
 
 
-def padded_tokens(every_rank: list[list[np.ndarray]], lengths: np.ndarray, multiple: int) -> int:
-    """Tokens computed for one global batch's micro-batches on all ranks, padding included (a
-    filler micro-batch is one pad token)."""
-    return int(sum(len(m) * padded_width(lengths[m].max(), multiple) if len(m) else 1
-                   for parts in every_rank for m in parts))
+def micro_shape(idx: np.ndarray, lengths: np.ndarray, spec: BatchSpec) -> tuple[int, int]:
+    """(rows, width) the micro-batch of rows `idx` is computed as: its own rows at its padded
+    width, or in a shape plan the plan's shape (an empty one: the narrowest, all filler)."""
+    if not spec.widths:
+        return (len(idx), spec.width(lengths[idx].max())) if len(idx) else (1, 1)
+    width = spec.width(lengths[idx].max()) if len(idx) else spec.widths[0]
+    return spec.rows_at(width), width
+
+
+def padded_tokens(every_rank: list[list[np.ndarray]], lengths: np.ndarray,
+                  spec: BatchSpec) -> int:
+    """Tokens computed for one global batch's micro-batches on all ranks, padding and filler
+    rows included."""
+    return int(sum(math.prod(micro_shape(m, lengths, spec)) for parts in every_rank
+                   for m in parts))
+
+
+EVAL_ROWS = 4
+"""Validation and prediction take this many times the training micro-batch's rows and tokens:
+without a backward pass nothing is kept for gradients, so a forward needs a fraction of a
+training step's activation memory."""
+
+
+def eval_spec(spec: BatchSpec) -> BatchSpec:
+    """`spec` for forward passes only: EVAL_ROWS x the rows and tokens, the same widths."""
+    rows = spec.micro_rows * EVAL_ROWS
+    return BatchSpec(global_batch=rows * spec.world_size, world_size=spec.world_size,
+                     micro_rows=rows, micro_tokens=spec.micro_tokens * EVAL_ROWS,
+                     pad_multiple=spec.pad_multiple, seed=spec.seed, widths=spec.widths)
 
 
 def eval_batches(lengths: np.ndarray, spec: BatchSpec, rank: int) -> list[np.ndarray]:
@@ -140,20 +195,29 @@ def eval_batches(lengths: np.ndarray, spec: BatchSpec, rank: int) -> list[np.nda
     return cut(order, lengths, spec)[rank::spec.world_size]
 
 
-def collate(data, idx: np.ndarray, pad_id: int, multiple: int) -> dict[str, np.ndarray]:
-    """Host batch with per-row loss weights; an empty share becomes one weight-0 pad row."""
-    if len(idx):
-        batch = data.gather(idx, pad_id, multiple)
-        batch["weights"] = np.ones(len(idx), np.float32)
-        return batch
-    filler = {"input_ids": np.full((1, 1), pad_id, np.int64),
-              "attention_mask": np.ones((1, 1), np.int64),
-              "labels": np.zeros((1,) + data.labels.shape[1:],
-                                 np.int64 if data.labels.ndim == 1 else np.float32),
-              "weights": np.zeros(1, np.float32)}
-    if data.segments is not None:
-        filler["token_type_ids"] = np.zeros((1, 1), np.int64)
-    return filler
+def collate(data, idx: np.ndarray, pad_id: int, spec: BatchSpec) -> dict[str, np.ndarray]:
+    """Host batch with per-row loss weights, shaped as `micro_shape` says: the real rows first,
+    then weight-0 filler rows (pad tokens, the first one attended so attention stays finite,
+    label 0); an empty share without a shape plan is one filler row."""
+    rows, width = micro_shape(idx, data.lengths, spec)
+    batch = (data.gather(idx, pad_id, width=width) if len(idx) else
+             {"input_ids": np.zeros((0, width), np.int64),
+              "attention_mask": np.zeros((0, width), np.int64),
+              "labels": np.zeros((0,) + data.labels.shape[1:], data.labels.dtype
+                                 if data.labels.ndim > 1 else np.int64)})
+    if data.segments is not None and "token_type_ids" not in batch:
+        batch["token_type_ids"] = np.zeros((0, width), np.int64)
+    batch["weights"] = np.ones(len(idx), np.float32)
+    fill = rows - len(idx)
+    if fill:
+        filler = {"input_ids": np.full((fill, width), pad_id, np.int64),
+                  "attention_mask": np.eye(1, width, dtype=np.int64).repeat(fill, 0),
+                  "labels": np.zeros((fill,) + batch["labels"].shape[1:], batch["labels"].dtype),
+                  "weights": np.zeros(fill, np.float32)}
+        if "token_type_ids" in batch:
+            filler["token_type_ids"] = np.zeros((fill, width), np.int64)
+        batch = {key: np.concatenate([value, filler[key]]) for key, value in batch.items()}
+    return batch
 
 
 class MicroBatches:
@@ -163,8 +227,8 @@ class MicroBatches:
     memory map on first use (pickling the arrays would copy them), and DataLoader keeps order.
     """
 
-    def __init__(self, path: str, plan: list[np.ndarray], pad_id: int, multiple: int):
-        self.path, self.plan, self.pad_id, self.multiple = path, plan, pad_id, multiple
+    def __init__(self, path: str, plan: list[np.ndarray], pad_id: int, spec: BatchSpec):
+        self.path, self.plan, self.pad_id, self.spec = path, plan, pad_id, spec
         self._data = None
 
     def __len__(self) -> int:
@@ -175,7 +239,7 @@ class MicroBatches:
             from wellfed.data.shards import TokenFile
 
             self._data = TokenFile(self.path)
-        return collate(self._data, self.plan[i], self.pad_id, self.multiple)
+        return collate(self._data, self.plan[i], self.pad_id, self.spec)
 
     def __getstate__(self):
         return {**self.__dict__, "_data": None}

@@ -205,12 +205,18 @@ class TokenFile:
     def row(self, i: int) -> np.ndarray:
         return self.values[self.offsets[i]:self.offsets[i + 1]]
 
-    def gather(self, idx: np.ndarray, pad_id: int, pad_multiple: int = 1) -> dict[str, np.ndarray]:
-        """Padded `input_ids`, `attention_mask`, `labels` for rows `idx`, without per-row Python."""
+    def gather(self, idx: np.ndarray, pad_id: int, pad_multiple: int = 1,
+               width: int | None = None) -> dict[str, np.ndarray]:
+        """Padded `input_ids`, `attention_mask`, `labels` for rows `idx`, without per-row Python:
+        `width` wide (at least the longest row), else the longest row rounded up to
+        `pad_multiple`."""
         idx = np.asarray(idx, np.int64)
         lens = self.lengths[idx].astype(np.int64)
-        width = int(lens.max()) if len(idx) else 1
-        width = -(-width // pad_multiple) * pad_multiple
+        longest = int(lens.max()) if len(idx) else 1
+        if width is None:
+            width = -(-longest // pad_multiple) * pad_multiple
+        elif width < longest:
+            raise ValueError(f"gather: a row of {longest} tokens does not fit width {width}")
         row_of = np.repeat(np.arange(len(idx)), lens)
         first = np.cumsum(lens) - lens
         pos = np.arange(int(lens.sum())) - np.repeat(first, lens)
