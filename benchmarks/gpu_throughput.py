@@ -64,7 +64,7 @@ BERT_BASE = {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads":
              "intermediate_size": 3072}
 
 
-def model_factory(kind: str):
+def model_factory(kind: str, seed: int = SEED):
     def make():
         import torch
         from transformers import AutoConfig, AutoModelForSequenceClassification
@@ -73,7 +73,7 @@ def model_factory(kind: str):
         if kind == "bert_base":
             for key, value in BERT_BASE.items():
                 setattr(config, key, value)
-        torch.manual_seed(SEED)
+        torch.manual_seed(seed)
         return AutoModelForSequenceClassification.from_config(config)
     return make
 
@@ -111,13 +111,16 @@ def profile_steps(data, path: Path, pad_id: int, steps: int = 5) -> dict:
     from wellfed.data.batching import iterate_steps
     from wellfed.telemetry.meter import StepMeter
     from wellfed.telemetry.peak import Peak
-    from wellfed.train.loop import micro_batches, setup, train_step
+    from wellfed.train.feeding import micro_batches
+    from wellfed.train.setup import setup
+    from wellfed.train.step import train_step
 
     device = torch.device("cuda")
     cfg = TrainConfig(lr=1e-4, precision="bf16", global_batch_size=32, micro_batch_size=32, seed=SEED)
     s = setup(cfg, model_factory("bert_base")().to(device), len(data), device)
     meter = StepMeter(device, Peak(1.0, "unused"), s.model.config)
-    fed = micro_batches(iterate_steps(data.lengths, s.spec, 0), data, path, pad_id, 8, 0, 2, True)
+    fed = micro_batches(iterate_steps(data.lengths, s.spec, 0), data, path, pad_id, s.spec, 0, 2,
+                        True)
 
     def one():
         step, batches = next(fed)
@@ -236,14 +239,15 @@ def run_knobs(data, arrow: Path, pad_id: int, *, batch: int, tokens: int | str =
               compile: bool = False, sampler=None) -> tuple[dict, object, dict]:
     """One epoch of wellfed (BERT-base, bf16) through the loop's own setup (which runs the auto
     probe and torch.compile), feed and train_step; (run record, model, what setup chose)."""
-    import functools
 
     import torch
     from wellfed.config import TrainConfig
     from wellfed.data.batching import collate
     from wellfed.telemetry.meter import StepMeter
     from wellfed.telemetry.peak import Peak
-    from wellfed.train.loop import feed, setup, train_step
+    from wellfed.train.feeding import feed
+    from wellfed.train.setup import setup
+    from wellfed.train.step import train_step
 
     device = torch.device("cuda")
     cfg = TrainConfig(epochs=1, lr=LR_FOR_BATCH[batch], weight_decay=tt.WEIGHT_DECAY,
@@ -257,7 +261,9 @@ def run_knobs(data, arrow: Path, pad_id: int, *, batch: int, tokens: int | str =
     setup_s = time.perf_counter() - start
     torch.manual_seed(cfg.seed)  # dropout
     meter = StepMeter(device, Peak(1.0, "unused"), s.model.config)
-    gather = functools.partial(collate, data, pad_id=pad_id, multiple=s.spec.pad_multiple)
+    def gather(idx):
+        return collate(data, idx, pad_id, s.spec)
+
     stamps, values, counts = [], [], []
     for step, batches in feed(s, data, arrow, pad_id):
         values.append(train_step(s, step, batches, meter, data.lengths, gather))

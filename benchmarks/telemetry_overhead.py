@@ -51,7 +51,9 @@ def main() -> None:
     from wellfed.telemetry.gpu import DeviceSampler
     from wellfed.telemetry.meter import StepMeter
     from wellfed.telemetry.peak import device_peak
-    from wellfed.train.loop import micro_batches, setup, train_step
+    from wellfed.train.feeding import micro_batches
+    from wellfed.train.setup import setup
+    from wellfed.train.step import train_step
 
     harness.require_sst2(NAME)
     torch.set_num_threads(harness.THREADS)
@@ -77,7 +79,7 @@ def main() -> None:
                                                                        num_labels=2)
             s = setup(cfg, model, len(data), cpu)
             steps = iterate_steps(data.lengths, s.spec, 0)
-            fed = micro_batches(steps, data, path, 0, 1, 0, 2, False)
+            fed = micro_batches(steps, data, path, 0, s.spec, 0, 2, False)
             sampler = DeviceSampler(cpu).start() if mode == "on" else None
             meter = (StepMeter(cpu, device_peak(cpu, "cpu", "fp32", None), model.config)
                      if mode == "on" else NullMeter())

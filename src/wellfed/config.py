@@ -238,6 +238,15 @@ class TrainConfig:
     one shape-generic graph after the first shape change instead of one graph per shape (the
     attention mask is always passed, so unpadded batches reuse it). H100, BERT-base, bf16:
     1.38x real tokens/s at batch 32 and 1.27x at 256; a fresh process compiled for 84 s."""
+    cuda_graphs: Literal["auto", "true", "false"] = "auto"
+    """auto = on a CUDA GPU with one worker, every micro-batch is padded to one of a few planned
+    shapes (max_shapes) and each shape's forward + backward, and the update, are replayed as
+    CUDA graphs (captured at their second use; a capture error falls back to the same shapes
+    run eagerly); off on CPU, under train.compile, and eager-with-shapes under DDP. true = the
+    same, and on a CPU the shape plan runs eagerly; false = per-batch widths, eager."""
+    max_shapes: int = 16
+    """Most (rows, width) shapes of the CUDA graph path, widths chosen from the train lengths to
+    pad least: SST-2's train split computes 0.84 real tokens per token with 8, 0.92 with 16."""
 
     def profile_range(self) -> tuple[int, int] | None:
         if not self.profile_steps:
@@ -273,6 +282,11 @@ class TrainConfig:
             except ValueError:
                 out.append(f"train.profile_steps must look like '10-12' (1-based, first <= last) "
                            f"or ''; got {self.profile_steps!r}")
+        if self.max_shapes < 1:
+            out.append(f"train.max_shapes must be >= 1; got {self.max_shapes}")
+        if self.cuda_graphs == "true" and self.compile:
+            out.append("train.cuda_graphs true and train.compile true: choose one (compile "
+                       "shapes its own graphs); set cuda_graphs: auto or compile: false")
         if self.max_bad_steps < 0:
             out.append(f"train.max_bad_steps must be >= 0; got {self.max_bad_steps}")
         if isinstance(self.class_weights, dict):

@@ -70,10 +70,12 @@ def choose_precision(requested: str, device: torch.device) -> Precision:
     return Precision(requested, "set in params")
 
 
-def autocast(device: torch.device, precision: Precision):
+def autocast(device: torch.device, precision: Precision, cache: bool = True):
+    """Mixed precision for `precision`; `cache=False` under CUDA graph capture, where PyTorch's
+    guide says autocast must not keep its cast weights between captures."""
     if precision.dtype is None:
         return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=precision.dtype)
+    return torch.autocast(device_type=device.type, dtype=precision.dtype, cache_enabled=cache)
 
 
 def grad_scaler(device: torch.device, precision: Precision):
@@ -112,3 +114,15 @@ def forward(model, batch: dict, host: dict, keep_mask: bool = False):
     types = {"token_type_ids": batch["token_type_ids"]} if "token_type_ids" in batch else {}
     return model(input_ids=batch["input_ids"],
                  attention_mask=batch["attention_mask"] if padded else None, **types).logits
+
+
+def forward_planned(model, batch: dict, full_mask: bool):
+    """Logits for a micro-batch of the shape plan: always with its mask (a shape is one graph),
+    as a prepared (rows, 1, 1, width) boolean mask when `full_mask` (train/graphs.py checks that
+    the model takes it): transformers then hands it to attention as it is, instead of reading
+    the mask on the host to see whether it could be dropped, a sync in every forward."""
+    mask = batch["attention_mask"]
+    if full_mask:
+        mask = mask.bool()[:, None, None, :]
+    types = {"token_type_ids": batch["token_type_ids"]} if "token_type_ids" in batch else {}
+    return model(input_ids=batch["input_ids"], attention_mask=mask, **types).logits

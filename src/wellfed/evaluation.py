@@ -11,6 +11,7 @@ as it is; where a name is required (per-class metric keys, probability columns) 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import numpy as np
@@ -22,11 +23,16 @@ from tqdm import tqdm
 
 from wellfed import device as dev
 from wellfed import tasks
-from wellfed.data.batching import BatchSpec, eval_batches
+from wellfed.data import shapes
+from wellfed.data.batching import BatchSpec, collate, eval_batches
 from wellfed.data.shards import TokenFile
 from wellfed.names import keys as label_keys
 
 log = logging.getLogger(__name__)
+
+PREDICT_SHAPES = 16
+"""On a GPU, prediction pads its batches to this many planned widths (data/shapes.py), as
+training does: each new width costs new attention plans."""
 
 
 def predict(model, data: TokenFile, pad_id: int, device: torch.device, precision,
@@ -35,17 +41,20 @@ def predict(model, data: TokenFile, pad_id: int, device: torch.device, precision
     """Every row's outputs (wellfed.tasks.outputs: class or label probabilities, regression
     values), in file order."""
     model.eval().to(device)
-    spec = BatchSpec(global_batch=1, micro_rows=batch_rows, micro_tokens=batch_tokens,
+    spec = BatchSpec(global_batch=batch_rows, micro_rows=batch_rows, micro_tokens=batch_tokens,
                      pad_multiple=dev.pad_multiple(0, device))
+    if device.type == "cuda" and len(data):  # a few planned shapes, not one per width
+        spec = shapes.plan(data.lengths, dataclasses.replace(spec, pad_multiple=1),
+                           PREDICT_SHAPES)
     probs = np.zeros((len(data), model.config.num_labels), np.float32)
     with torch.no_grad():
         for idx in tqdm(eval_batches(data.lengths, spec, 0), desc="predict", unit="batch",
                         mininterval=1.0, leave=False):
-            host = data.gather(idx, pad_id, spec.pad_multiple)
+            host = collate(data, idx, pad_id, spec)
             batch = dev.to_device(host, device)
             with dev.autocast(device, precision):
-                logits = dev.forward(model, batch, host)
-            probs[idx] = tasks.outputs(task, logits).cpu().numpy()
+                logits = dev.forward(model, batch, host, keep_mask=bool(spec.widths))
+            probs[idx] = tasks.outputs(task, logits[:len(idx)]).cpu().numpy()  # filler rows last
     return probs
 
 

@@ -19,7 +19,8 @@ from wellfed.config import TrainConfig
 from wellfed.data.batching import Step
 from wellfed.telemetry.meter import StepMeter
 from wellfed.telemetry.peak import Peak, device_peak
-from wellfed.train.loop import setup, train_step
+from wellfed.train.setup import setup
+from wellfed.train.step import train_step
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -52,8 +53,9 @@ class Run:
     """The loop's own setup and step (wellfed.train.loop.setup / train_step) on the GPU."""
 
     def __init__(self, model, precision: str, lr: float = 1e-3, compile: bool = False):
+        # The dynamic step (the planned one: tests/gpu/test_graphs.py): these steps are hand-cut.
         self.cfg = TrainConfig(lr=lr, precision=precision, max_grad_norm=1.0, warmup_ratio=0.0,
-                               compile=compile)
+                               compile=compile, cuda_graphs="false")
         self.s = setup(self.cfg, model, 10_000, CUDA)
         self.model, self.precision, self.scaler = model, self.s.precision, self.s.scaler
         self.meter = StepMeter(CUDA, Peak(1e15, "test"), model.config)

@@ -21,7 +21,9 @@ from wellfed.model import load_model
 from wellfed.telemetry.meter import StepMeter
 from wellfed.telemetry.peak import Peak
 from wellfed.train import autobatch
-from wellfed.train.loop import feed, setup, train_step
+from wellfed.train.feeding import feed
+from wellfed.train.setup import setup
+from wellfed.train.step import train_step
 
 CPU = torch.device("cpu")
 STEPS = 4
@@ -59,7 +61,9 @@ def train_steps(token_file, model_dir, tokens, oom=None, compile=False, steps=ST
         return forward(model, batch, host, **kw)
 
     meter = StepMeter(CPU, Peak(1e12, "test"), model.config)
-    gather = functools.partial(collate, data, pad_id=0, multiple=1)
+    def gather(idx):
+        return collate(data, idx, 0, s.spec)
+
     losses, halvings, first = [], [], None
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(dev, "forward", planted)

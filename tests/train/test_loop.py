@@ -10,7 +10,9 @@ from wellfed.data.shards import TokenFile
 from wellfed.model import load_model
 from wellfed.telemetry.meter import StepMeter
 from wellfed.telemetry.peak import Peak
-from wellfed.train.loop import micro_batches, setup, train_step
+from wellfed.train.feeding import micro_batches
+from wellfed.train.setup import setup
+from wellfed.train.step import train_step
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -21,7 +23,7 @@ def test_loader_processes_feed_exactly_what_inline_gathering_feeds(token_file, w
     def fed(n_workers):
         steps = iterate_steps(data.lengths, spec, 1, epochs=2)
         return [(s.epoch, s.index, [{k: np.asarray(v) for k, v in b.items()} for b in batches])
-                for s, batches in micro_batches(steps, data, token_file, 0, 1, n_workers, 2, False)]
+                for s, batches in micro_batches(steps, data, token_file, 0, spec, n_workers, 2, False)]
 
     inline, loaded = fed(0), fed(workers)
     assert len(inline) == len(loaded) == 2 * 13
@@ -45,7 +47,7 @@ def test_loader_processes_outlive_a_signal_to_the_process_group(token_file):
     data = TokenFile(token_file)
     steps = iterate_steps(data.lengths, BatchSpec(global_batch=16, world_size=1, micro_rows=4,
                                                   seed=1), 0, epochs=1)
-    fed = micro_batches(steps, data, token_file, 0, 1, 2, 2, False)
+    fed = micro_batches(steps, data, token_file, 0, BatchSpec(global_batch=16), 2, 2, False)
     _, first = next(fed)
     list(first)
     loaders = psutil.Process().children()
@@ -68,7 +70,7 @@ def run_one_step(token_file, tiny_model_dir, micro_rows, world=1):
     s = setup(cfg, model, len(data), cpu, world)
     s.model.eval()  # no dropout: the two splits must see the same function
     step = next(iterate_steps(data.lengths, s.spec, 0))
-    _, batches = next(micro_batches(iter([step]), data, token_file, 0, 1, 0, 2, False))
+    _, batches = next(micro_batches(iter([step]), data, token_file, 0, s.spec, 0, 2, False))
     meter = StepMeter(cpu, Peak(1e12, "test"), model.config)
     out = train_step(s, step, batches, meter, data.lengths)
     return torch.stack(out), len(step.micro), next(model.parameters()).detach().clone(), meter

@@ -105,3 +105,33 @@ def test_a_profile_window_writes_a_trace_into_the_final_checkpoint(job, tmp_path
     profile = sink.checkpoints[16] / checkpoint.PROFILE
     assert (profile / "trace_steps_3-4.json").is_file()
     assert "Self CPU" in (profile / "top_operators.txt").read_text()
+
+
+def test_the_planned_step_trains_validates_and_resumes_through_the_loop(job, tmp_path, capsys):
+    """train.cuda_graphs true on a CPU: the shape plan's step, eagerly, through the whole loop
+    (validation on the plan's shapes, checkpoints with the learning rate on the device, a
+    resume that puts it back there), learning as the dynamic step does."""
+    import dataclasses
+
+    planned = dataclasses.replace(job, train=dataclasses.replace(job.train, cuda_graphs="true",
+                                                                 max_shapes=4))
+    first = Collect(tmp_path / "a")
+    (tmp_path / "a").mkdir()
+    stops = iter([False] * 23 + [True])
+    state = train(planned, CPU, first, stop=lambda: next(stops))
+    assert state["step"] == 24
+    out = capsys.readouterr().out
+    assert "[wellfed] step: planned_eager (cuda_graphs true on a CPU" in out and "4 shapes" in out
+    assert first.reports[0]["step_path"] == "planned_eager"
+    assert first.reports[0]["eager_micro_batches"] > 0 and first.reports[0]["graph_replays"] == 0
+    second = Collect(tmp_path / "b")
+    (tmp_path / "b").mkdir()
+    state = train(planned, CPU, second, resume=first.checkpoints[24])
+    assert steps_of(second.reports) == list(range(25, 49))
+    lrs = [h["lr"] for h in state["history"]]
+    assert all(isinstance(lr, float) for lr in lrs) and lrs[-1] < lrs[0]
+    losses = [h["loss"] for h in state["history"]]
+    assert np.mean(losses[-8:]) < 0.7 * np.mean(losses[:8])
+    vals = [rep["val"] for rep in first.reports + second.reports if "val" in rep]
+    # 64 validation rows under dropout: 0.66-0.70 over seeds on either path (plan or not)
+    assert len(vals) == 3 and vals[-1]["val/accuracy"] > 0.6

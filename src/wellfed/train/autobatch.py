@@ -21,7 +21,8 @@ import torch
 from wellfed import device as dev
 from wellfed.cli import StageError
 from wellfed.config import number
-from wellfed.data.batching import BatchSpec, Step, padded_tokens, padded_width, split_step
+from wellfed.data.batching import BatchSpec, Step, micro_shape, padded_tokens, split_step
+from wellfed.train import graphs
 from wellfed.train.checkpoint import unwrap
 
 HEADROOM = 0.85
@@ -138,7 +139,7 @@ def choose(requested: int | str, model, device: torch.device, precision: dev.Pre
     if lengths is None or not len(lengths):
         raise ValueError("train.micro_batch_tokens auto needs the train rows' lengths to probe "
                          "at the longest; pass lengths to setup()")
-    width = padded_width(lengths.max(), spec.pad_multiple)
+    width = spec.width(lengths.max())
     most = min(spec.micro_rows, math.ceil(spec.global_batch / spec.world_size))
     start = time.perf_counter()
     rows = probe(model, device, precision, width, most)
@@ -159,8 +160,8 @@ def halved(spec: BatchSpec, step: Step, lengths: np.ndarray, world: int) -> int:
     under DDP (world > 1), where one rank cannot redo a step alone: the others would wait for it
     in the gradient all-reduce. There the error names the budget to set instead."""
     parts = [m for m in step.micro if len(m)]
-    width = padded_width(max(lengths[m].max() for m in parts), spec.pad_multiple)
-    largest = max(len(m) * padded_width(lengths[m].max(), spec.pad_multiple) for m in parts)
+    width = spec.width(max(lengths[m].max() for m in parts))
+    largest = max(math.prod(micro_shape(m, lengths, spec)) for m in parts)
     smaller = max(largest // 2, width)
     if smaller >= largest:
         raise StageError(f"CUDA out of memory with one row of {width} tokens per micro-batch: the "
@@ -179,7 +180,7 @@ def recut(step: Step, spec: BatchSpec, lengths: np.ndarray) -> Step:
     rows = np.concatenate([m for m in step.micro if len(m)])
     parts = split_step(rows, lengths, spec)
     return dataclasses.replace(step, micro=parts[0],
-                               padded_tokens=padded_tokens(parts, lengths, spec.pad_multiple))
+                               padded_tokens=padded_tokens(parts, lengths, spec))
 
 
 def redo(s, step: Step, batches: Iterator[dict], lengths: np.ndarray,
@@ -190,7 +191,11 @@ def redo(s, step: Step, batches: Iterator[dict], lengths: np.ndarray,
     plan stays in step."""
     for _ in batches:
         pass
-    s.optimizer.zero_grad(set_to_none=True)
+    # The planned step's graphs add to gradients in place: keep them allocated, drop the graphs
+    # (their shapes change with the budget) and their memory.
+    s.optimizer.zero_grad(set_to_none=s.graphs is None)
+    if s.graphs is not None:
+        graphs.reset(s.graphs)
     if s.device.type == "cuda":
         torch.cuda.empty_cache()
     tokens = halved(s.spec, step, lengths, s.world)

@@ -152,7 +152,7 @@ def open_run(run: runs.Run, uri: str, experiment: str, params: dict, tags: dict,
 
 def planned_steps(job) -> int:
     from wellfed.data.shards import TokenFile
-    from wellfed.train.loop import total_steps
+    from wellfed.train.setup import total_steps
 
     return total_steps(len(TokenFile(job.tokens_dir / "train.arrow")), job.train)
 
