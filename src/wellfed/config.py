@@ -253,6 +253,14 @@ class TrainConfig:
     one shape-generic graph after the first shape change instead of one graph per shape (the
     attention mask is always passed, so unpadded batches reuse it). H100, BERT-base, bf16:
     1.38x real tokens/s at batch 32 and 1.27x at 256; a fresh process compiled for 84 s."""
+    calibrate: Literal["auto", "temperature", "none"] = "auto"
+    """Post-hoc calibration of the scores (wellfed/temperature.py): after training, temperature
+    scaling is fitted on the validation split (multi-label: per-label temperatures when they
+    measure better) and folded into the exported model's head, so evaluate, predict, the served
+    model and `pipeline()` all give calibrated scores; `wellfed.json` records it. temperature =
+    always; auto = when it lowers validation ECE and changes no prediction (temperature scaling
+    cannot change a row's arg-max), said in one line with the ECE before and after; none = no
+    fit (no validation pass). Regression: not applicable."""
 
     def profile_range(self) -> tuple[int, int] | None:
         if not self.profile_steps:
