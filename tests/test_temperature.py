@@ -265,3 +265,30 @@ def test_a_planted_over_confident_multi_label_model_is_calibrated_per_decision(
     np.testing.assert_allclose(temperature.uncalibrated("multi_label", after, record),
                                tasks.outputs("multi_label", torch.as_tensor(logits)).numpy(),
                                atol=1e-4)
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama", "roberta"])
+def test_the_temperature_folds_into_decoder_and_roberta_heads(arch):
+    # GPT-2's and Llama's `score` has no bias; RoBERTa's logits come from classifier.out_proj.
+    from transformers import (AutoModelForSequenceClassification, GPT2Config, LlamaConfig,
+                              RobertaConfig)
+
+    small = {"vocab_size": 120, "num_labels": 2, "pad_token_id": 0}
+    config = {"gpt2": lambda: GPT2Config(n_embd=16, n_layer=1, n_head=2, **small),
+              "llama": lambda: LlamaConfig(hidden_size=16, intermediate_size=32,
+                                           num_hidden_layers=1, num_attention_heads=2,
+                                           num_key_value_heads=1, **small),
+              "roberta": lambda: RobertaConfig(hidden_size=16, num_hidden_layers=1,
+                                               num_attention_heads=2, intermediate_size=32,
+                                               max_position_embeddings=40, **small)}[arch]()
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_config(config).eval()
+    ids = np.array([[5, 6, 7, 8, 9], [5, 6, 7, 0, 0]])
+    probe = {"input_ids": ids, "attention_mask": (ids != 0).astype(np.int64)}
+    batch = dev.to_device(probe, CPU)
+    with torch.no_grad():
+        before = dev.forward(model, batch, probe)
+    assert temperature.fold(model, np.array([1.5, 3.0]), probe) is None
+    with torch.no_grad():
+        after = dev.forward(model, batch, probe)
+    torch.testing.assert_close(after, before / torch.tensor([1.5, 3.0]), rtol=1e-4, atol=1e-6)
