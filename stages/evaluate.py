@@ -11,7 +11,7 @@ from transformers import AutoModelForSequenceClassification
 from transformers.utils import logging as hf_logging
 
 from wellfed import device as dev
-from wellfed import evaluation, serving, tracking
+from wellfed import evaluation, serving, temperature, tracking
 from wellfed.cli import stage
 from wellfed.data.shards import TokenFile
 from wellfed.outputs import atomic_path, write_json
@@ -33,6 +33,10 @@ def main(tokens_dir, model_dir, run_json, eval_dir):
     metrics = {"split": split, "task": task,
                **evaluation.score_task(task, data.labels, outputs, names, threshold),
                **evaluation.calibration(task, data.labels, outputs)}  # {} for regression
+    record = temperature.read(model_dir)  # folded into the weights: `outputs` are calibrated
+    if record.get("method") == "temperature":
+        metrics["ece_uncalibrated"] = evaluation.calibration(
+            task, data.labels, temperature.uncalibrated(task, outputs, record))["ece"]
     frame = evaluation.predictions_frame(data, outputs, names, task, threshold)
     with atomic_path(out / "predictions.parquet") as tmp:
         frame.to_parquet(tmp, index=False)
@@ -56,6 +60,9 @@ def main(tokens_dir, model_dir, run_json, eval_dir):
     run = json.loads(Path(run_json).read_text())
     tracked = evaluation.tracked(metrics, task)
     write_json(out / "metrics.json", {f"eval/{k}": metrics[k] for k in evaluation.HEADLINE[task]})
+    if "ece_uncalibrated" in metrics:
+        tracked.update({"calibration/eval_ece_before": metrics["ece_uncalibrated"],
+                        "calibration/eval_ece_after": metrics["ece"]})
     tracking.log_metrics(run["tracking_uri"], run["mlflow_run_id"], tracked)
     tracking.log_artifacts(run["tracking_uri"], run["mlflow_run_id"], out, "eval")
     mapping = {key: scores["label"] for key, scores in
@@ -66,7 +73,9 @@ def main(tokens_dir, model_dir, run_json, eval_dir):
     shown = ", ".join(f"{words.get(k, k.replace('_', ' '))} {metrics[k]:.4f}"
                       for k in evaluation.HEADLINE[task])
     at = f" at threshold {threshold:g}" if task == "multi_label" else ""
-    print(f"[wellfed] evaluate on {split} ({metrics['rows']} rows): {shown}{at}")
+    before = (f" (ECE {metrics['ece_uncalibrated']:.4f} before calibration)"
+              if "ece_uncalibrated" in metrics else "")
+    print(f"[wellfed] evaluate on {split} ({metrics['rows']} rows): {shown}{at}{before}")
 
 
 if __name__ == "__main__":

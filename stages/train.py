@@ -12,7 +12,7 @@ import json  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from wellfed import serving, tasks, tracking  # noqa: E402
+from wellfed import serving, tasks, temperature, tracking  # noqa: E402
 from wellfed.cli import one_line, stage  # noqa: E402
 from wellfed.config import SECTIONS, flatten, load_params  # noqa: E402
 from wellfed.data.shards import TokenFile  # noqa: E402
@@ -44,12 +44,18 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir):
         sys.exit(stop.exit_code)
     with clock("export"):
         history = driver.export_model(checkpoint, tokens, Path(model_dir), uri, run_id)
+    fixed = train_cfg.threshold if train_cfg.threshold != "tune" else tasks.VAL_THRESHOLD
+    with clock("calibration"):  # before the threshold is tuned: it is tuned on these scores
+        calibrated = temperature.calibrate_model(
+            Path(model_dir), TokenFile(tokens / "validation.arrow"), meta["pad_id"], task,
+            train_cfg.calibrate, float(fixed))
+    print(f"[wellfed] {calibrated.line}")
+    tracking.log_metrics(uri, run_id, calibrated.metrics)
     model_info = {"task": task, "text_columns": meta.get("text_columns", ["text"]),
-                  "threshold": tasks.VAL_THRESHOLD, "max_length": meta.get("max_length", 128)}
-    if task == "multi_label" and train_cfg.threshold != "tune":
-        model_info["threshold"] = float(train_cfg.threshold)
-    elif task == "multi_label":
-        from wellfed import evaluation  # scikit-learn: ~1.2 s of imports only this task needs
+                  "threshold": float(fixed) if task == "multi_label" else tasks.VAL_THRESHOLD,
+                  "max_length": meta.get("max_length", 128), "calibration": calibrated.record}
+    if task == "multi_label" and train_cfg.threshold == "tune":
+        from wellfed import evaluation
 
         with clock("threshold"):
             model_info["threshold"], f1, half = evaluation.threshold_on(

@@ -42,8 +42,16 @@ class PrepareConfig:
     label_column: str | int | list = "label"
     """Column holding the label: a name or a 0-based position. Single-label: any strings or
     integers; multi-label: a list (JSONL/Parquet) or a `label_delimiter`-separated string;
-    regression: numbers (a list of columns = several targets). Empty, NaN, null and None (any
-    case) are missing labels, handled by `on_invalid`."""
+    regression: numbers (a list of columns = several targets). A label in `missing_labels` is
+    missing, handled by `on_invalid`."""
+    missing_labels: list = dataclasses.field(default_factory=lambda: ["", "NaN", "null", "None"])
+    """Label spellings that mean "this row has no label" (compared stripped, in any case),
+    handled by `on_invalid` (error, or skip and count them per spelling in the data report).
+    The whole list: keep the defaults when adding, e.g. SNLI's `-` (pairs without annotator
+    agreement) and Hugging Face's `-1` (unlabelled rows): ["", "NaN", "null", "None", "-",
+    "-1"]. A cell with no value at all is always missing. A label that looks like a marker and
+    is not listed (`-`, `?`, `N/A`, `unknown`, ...; a punctuation character or a negative
+    integer under 2% of train rows) gets one warning naming this key."""
     task: Literal["auto", "single_label", "multi_label", "regression"] = "auto"
     """What the labels are; auto = inferred from train's labels and said in one line: lists or
     delimited labels whose parts also occur alone -> multi_label, numbers that are not all
@@ -94,6 +102,13 @@ class PrepareConfig:
         if len(self.label_columns()) > 1 and self.task not in ("auto", "regression"):
             out.append(f"prepare.label_column lists several columns, which only a regression "
                        f"(several targets) can use; got task {self.task}")
+        if not isinstance(self.missing_labels, list) or not all(
+                entry is None or (isinstance(entry, (str, int, float))
+                                  and not isinstance(entry, bool))
+                for entry in self.missing_labels):
+            out.append(f"prepare.missing_labels must be a list of label spellings, e.g. "
+                       f'["", "NaN", "null", "None", "-"] (quote words YAML reads as true or '
+                       f'false, like "no"); got {self.missing_labels!r}')
         if len(self.label_delimiter) != 1 or self.label_delimiter.isspace():
             out.append(f"prepare.label_delimiter must be one visible character; got "
                        f"{self.label_delimiter!r}")
@@ -247,6 +262,14 @@ class TrainConfig:
     max_shapes: int = 16
     """Most (rows, width) shapes of the CUDA graph path, widths chosen from the train lengths to
     pad least: SST-2's train split computes 0.84 real tokens per token with 8, 0.92 with 16."""
+    calibrate: Literal["auto", "temperature", "none"] = "auto"
+    """Post-hoc calibration of the scores (wellfed/temperature.py): after training, temperature
+    scaling is fitted on the validation split (multi-label: per-label temperatures when they
+    measure better) and folded into the exported model's head, so evaluate, predict, the served
+    model and `pipeline()` all give calibrated scores; `wellfed.json` records it. temperature =
+    always; auto = when it lowers validation ECE and changes no prediction (temperature scaling
+    cannot change a row's arg-max), said in one line with the ECE before and after; none = no
+    fit (no validation pass). Regression: not applicable."""
 
     def profile_range(self) -> tuple[int, int] | None:
         if not self.profile_steps:

@@ -4,6 +4,9 @@ Batches are length-sorted for speed, then every prediction is scattered back to 
 per-row output is in file order (HF Trainer's `predict()` with length grouping returns sampler
 order, an easy way to report a correct model as chance-level).
 
+scikit-learn (~0.9 s to import here) is imported by the functions that use it: the train stage
+imports this module to calibrate.
+
 Label text goes where it is data (gold/predicted values, plot tick labels, the per-class `label`)
 as it is; where a name is required (per-class metric keys, probability columns) its
 `wellfed.names.keys` key does.
@@ -17,8 +20,6 @@ import logging
 import numpy as np
 import pandas as pd
 import torch
-from sklearn.metrics import (accuracy_score, confusion_matrix, f1_score,
-                             precision_recall_fscore_support)
 from tqdm import tqdm
 
 from wellfed import device as dev
@@ -37,9 +38,9 @@ training does: each new width costs new attention plans."""
 
 def predict(model, data: TokenFile, pad_id: int, device: torch.device, precision,
             batch_rows: int = 64, batch_tokens: int = 8192,
-            task: str = "single_label") -> np.ndarray:
+            task: str = "single_label", logits: bool = False) -> np.ndarray:
     """Every row's outputs (wellfed.tasks.outputs: class or label probabilities, regression
-    values), in file order."""
+    values), or with `logits` the logits themselves, in file order."""
     model.eval().to(device)
     spec = BatchSpec(global_batch=batch_rows, micro_rows=batch_rows, micro_tokens=batch_tokens,
                      pad_multiple=dev.pad_multiple(0, device))
@@ -53,14 +54,17 @@ def predict(model, data: TokenFile, pad_id: int, device: torch.device, precision
             host = collate(data, idx, pad_id, spec)
             batch = dev.to_device(host, device)
             with dev.autocast(device, precision):
-                logits = dev.forward(model, batch, host, keep_mask=bool(spec.widths))
-            probs[idx] = tasks.outputs(task, logits[:len(idx)]).cpu().numpy()  # filler rows last
+                out = dev.forward(model, batch, host, keep_mask=bool(spec.widths))
+            out = out[:len(idx)]  # a shape plan's filler rows come last
+            probs[idx] = (out.float() if logits else tasks.outputs(task, out)).cpu().numpy()
     return probs
 
 
 def score(gold: np.ndarray, probs: np.ndarray, names: list[str]) -> dict:
     """Accuracy, macro-F1 and per-class figures keyed by each label's safe key (the label's own
     text is its `label`), so that `per_class.<key>.f1` here is `eval/<key>/f1` in MLflow."""
+    from sklearn.metrics import accuracy_score, f1_score, precision_recall_fscore_support
+
     pred = probs.argmax(1)
     ids = list(range(len(names)))
     precision, recall, f1, support = precision_recall_fscore_support(
@@ -78,6 +82,8 @@ def score_multi_label(gold: np.ndarray, probs: np.ndarray, names: list[str],
                       threshold: float) -> dict:
     """Micro/macro-F1, subset accuracy (every label of a row right) and per-label figures of
     0/1 `gold` against `probs` >= `threshold`."""
+    from sklearn.metrics import accuracy_score, f1_score, precision_recall_fscore_support
+
     pred = (probs >= threshold).astype(int)
     gold = gold.astype(int)
     precision, recall, f1, support = precision_recall_fscore_support(gold, pred, zero_division=0)
@@ -135,6 +141,8 @@ def tracked(metrics: dict, task: str = "single_label") -> dict[str, float]:
 
 def tune_threshold(gold: np.ndarray, probs: np.ndarray) -> tuple[float, float]:
     """Multi-label: the threshold in 0.05..0.95 with the best macro-F1 (ties: nearest 0.5)."""
+    from sklearn.metrics import f1_score
+
     grid = np.round(np.arange(0.05, 0.951, 0.05), 2)
     gold = gold.astype(int)
     scores = [f1_score(gold, (probs >= t).astype(int), average="macro", zero_division=0)
@@ -169,6 +177,8 @@ def predictions_frame(data: TokenFile, probs: np.ndarray, names: list[str],
 
 def confusion(pairs: pd.DataFrame, labels: list) -> np.ndarray:
     """Counts of `confusion_pairs`, gold in rows, predicted in columns, in `labels` order."""
+    from sklearn.metrics import confusion_matrix
+
     return confusion_matrix(pairs["gold"], pairs["predicted"], labels=labels)
 
 
@@ -250,6 +260,7 @@ def plot_scatter(gold: np.ndarray, values: np.ndarray, names: list[str], path) -
 def threshold_on(model_dir, data: TokenFile, pad_id: int) -> tuple[float, float, float]:
     """Multi-label: (tuned threshold, its macro-F1, macro-F1 at 0.5) of the model in
     `model_dir` on `data` (the validation split), on the GPU when there is one."""
+    from sklearn.metrics import f1_score
     from transformers import AutoModelForSequenceClassification
 
     device = torch.device("cuda" if dev.cuda_available() else "cpu")

@@ -4,7 +4,9 @@ function as an MLflow pyfunc model that the train stage logs and registers.
 The model directory's contract: `config.json` is the Hugging Face config, whose `problem_type`
 says how logits become outputs; an optional `wellfed.json` beside it holds
 `{"task", "text_columns", "threshold", "max_length"}` (absent: single-label, one text column,
-0.5, 128). Outputs, one row per input row, in input order:
+0.5, 128) and a `calibration` record: a fitted temperature is already in the weights
+(wellfed/temperature.py), so nothing here applies it. Outputs, one row per input row, in input
+order:
 
 | task         | head    | columns                                                         |
 |--------------|---------|-----------------------------------------------------------------|

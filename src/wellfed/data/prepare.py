@@ -34,10 +34,8 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from wellfed.config import PrepareConfig, number
+from wellfed.data import markers
 
-MISSING_LABELS = frozenset({"", "nan", "null", "none"})
-"""Label spellings that mean "no label" (compared lower-case): what pandas, JSON and Python
-write for a missing value."""
 CROSS_SPLITS = (("validation", "train"), ("test", "train"), ("test", "validation"))
 SHOWN = 5  # rows or classes a message names before "..."
 OUT_ROWS = 65_536  # rows per frame of the second pass (~10 MB of 100-character texts)
@@ -54,6 +52,8 @@ class SplitReport:
     kept: int = 0
     dropped: dict[str, int] = field(default_factory=lambda: {
         "empty_text": 0, "missing_label": 0, "duplicate": 0, "conflict": 0})
+    missing_labels: dict[str, int] = field(default_factory=dict)
+    """Rows dropped for a missing label, by the label as written (prepare.missing_labels)."""
     duplicates_found: int = 0
     """Rows repeating an earlier row's text and label (the first one is not counted)."""
     conflicts: dict = field(default_factory=lambda: {"texts": 0, "rows": 0, "first_rows": []})
@@ -86,11 +86,6 @@ def _groups(groups: list[list], total: int) -> str:
 def _hashes(values) -> np.ndarray:
     """64-bit hashes of strings (or tuples of them), consistent within one process."""
     return np.fromiter(map(hash, values), np.int64, count=len(values))
-
-
-def is_missing_label(labels: pd.Series) -> pd.Series:
-    return labels.map(lambda v: v is None or (isinstance(v, str) and v.lower() in MISSING_LABELS)
-                      or (isinstance(v, float) and v != v)).astype(bool)
 
 
 # ---------------------------------------------------------------- the task, from train's labels
@@ -197,6 +192,8 @@ class _Scan:
     invalid: dict = field(default_factory=lambda: {"empty_text": [0, None, None],
                                                    "missing_label": [0, None, None]})
     """reason -> [rows, the first one's data row, its label]."""
+    missing_labels: dict = field(default_factory=dict)
+    """Rows with a missing label by the label as written (markers.tally)."""
     list_row: int | None = None
     """The first row holding a list of labels when the task takes one label per row."""
     row: np.ndarray = field(default_factory=_hash_array)
@@ -284,7 +281,8 @@ def _scan(blocks: Blocks, where: str, task: str | None, cfg: PrepareConfig, labe
             bar.update(len(block))
             codes, uniques = pd.factorize(block["label"].to_numpy(object))  # -1: None, NaN
             uniques = list(uniques)
-            missing_u = is_missing_label(pd.Series(uniques, dtype=object)).to_numpy()
+            missing_u = markers.missing(uniques, markers.spellings(cfg.missing_labels),
+                                        parts=len(cfg.label_columns()) > 1)
             missing = np.append(missing_u, True)[codes]
             if evidence is not None:
                 counts = np.bincount(codes[codes >= 0], minlength=len(uniques))
@@ -307,6 +305,7 @@ def _scan(blocks: Blocks, where: str, task: str | None, cfg: PrepareConfig, labe
                     empty |= (block[column].isna() | (stripped[column] == "")).to_numpy(bool)
             missing &= ~empty
             _count_invalid(scan, block, empty, missing)
+            markers.tally(scan.missing_labels, uniques, codes, missing)
             keep = ~(empty | missing)
             if not keep.any():
                 continue
@@ -410,11 +409,12 @@ def _clean(scan: _Scan, cfg: PrepareConfig) -> tuple[SplitReport, np.ndarray]:
         count, row, label = scan.invalid[reason]
         if count and cfg.on_invalid == "error":
             written = (f"written {label!r}; " if reason == "missing_label"
-                       and isinstance(label, str) else "")
+                       and isinstance(label, (str, int)) else "")
             raise ValueError(f"{where}: data row {row + 1} has {reason.replace('_', ' ')} "
                              f"({written}{_plural(count, 'such row')}); {fix}, or set "
                              f"prepare.on_invalid: skip to drop and count them")
         report.dropped[reason] = count
+    report.missing_labels = dict(scan.missing_labels)
 
     keep = np.ones(len(scan.row), bool)
     scan.repeated = _repeated(scan.key)
@@ -541,9 +541,10 @@ def _isin(values: np.ndarray, among: np.ndarray) -> np.ndarray:
 
 
 def _check_labels(scan: _Scan, mask: np.ndarray, names: list[str], labels: _Labels,
-                  task: str, where: str) -> None:
+                  task: str, where: str, listed: list) -> None:
     """What encoding a split's labels can fail on: a label train never has (classification),
-    a label that is not a number (regression)."""
+    a label that is not a number (regression). `listed`: prepare.missing_labels, for the fix
+    when the label is a marker."""
     if task == "regression":
         bad = np.isnan(scan.targets[mask]).any(axis=1)
         if bad.any():
@@ -553,7 +554,9 @@ def _check_labels(scan: _Scan, mask: np.ndarray, names: list[str], labels: _Labe
             raise ValueError(f"{where}: data row {int(scan.row[first]) + 1} has the label "
                              f"{shown[0] if len(shown) == 1 else shown!r}, not a number "
                              f"({int(bad.sum())} such row{'s' if bad.sum() > 1 else ''}); a "
-                             "regression needs numeric labels: fix them, or set prepare.task")
+                             "regression needs numeric labels: fix them, or set prepare.task"
+                             + markers.hint(next((p for p in shown if number(p) is None), shown[0]),
+                                          listed))
         return
     multi = task == "multi_label"
     present = _present(scan, mask, labels)
@@ -568,7 +571,7 @@ def _check_labels(scan: _Scan, mask: np.ndarray, names: list[str], labels: _Labe
         others = f" and {_plural(len(unknown) - 1, 'other label')}" if len(unknown) > 1 else ""
         raise ValueError(f"{where}: label {unknown[0]!r} (data row {row + 1}){others} never "
                          f"occurs in train (train labels: {shown}); fix the label or add train "
-                         "examples")
+                         "examples" + markers.hint(unknown[0], listed))
 
 
 def _label_counts(scan: _Scan, mask: np.ndarray, names: list[str], labels: _Labels,
@@ -711,7 +714,7 @@ def prepare_blocks(raw: dict[str, tuple[Blocks, str]], cfg: PrepareConfig, scrat
         reports["train"].kept = int(outputs["train"][1].sum())
         wheres["validation"] = f"{train_where} (carved validation)"
     for split, (scan, mask) in outputs.items():
-        _check_labels(scan, mask, names, labels, task, wheres[split])
+        _check_labels(scan, mask, names, labels, task, wheres[split], cfg.missing_labels)
         reports[split].labels = _label_counts(scan, mask, names, labels, task)
 
     warnings = [w for scan in scans.values() for w in scan.warnings]
@@ -723,6 +726,9 @@ def prepare_blocks(raw: dict[str, tuple[Blocks, str]], cfg: PrepareConfig, scrat
                             "as they are (prepare.on_conflict: keep); set it to drop or error")
     cross, shared = _cross_split(outputs, wheres)
     warnings += shared
+    if task != "regression":  # a negative number is a value there, not a marker
+        warnings += markers.warning({s: r.labels for s, r in reports.items()},
+                                    reports["train"].kept, train_where, cfg.missing_labels)
     if task == "single_label":
         final = outputs["train"][1]
         if (np.bincount(train.label[final]) == 1).any():  # the message orders them as pandas does

@@ -1,0 +1,97 @@
+"""Atomic outputs: what a killed stage leaves beside an output is removed by the next write of it,
+and only that (a process still writing keeps its copy)."""
+
+import subprocess
+import sys
+import textwrap
+
+from conftest import PROJECT, write_tsv
+from wellfed.outputs import atomic_path, remove_leftovers
+
+# A process that starts writing `final` as a folder and is then killed (SIGKILL: no cleanup runs),
+# or that stays inside atomic_path until its stdin closes.
+WRITER = textwrap.dedent("""
+    import os, signal, sys
+    from wellfed.outputs import atomic_path
+    with atomic_path(sys.argv[1], is_dir=True) as tmp:
+        (tmp / "part.arrow").write_bytes(b"x" * 4096)
+        print(tmp, flush=True)
+        if sys.argv[2] == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        sys.stdin.read()
+""")
+
+
+def start_writer(final, how: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", WRITER, str(final), how], text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait(timeout=60)
+    return proc.pid  # exited and reaped: no process has this id for a while
+
+
+def killed_writer(final):
+    proc = start_writer(final, "kill")
+    left = proc.stdout.readline().strip()
+    assert proc.wait(timeout=60) == -9
+    return left
+
+
+def test_a_killed_writers_copy_is_removed_and_a_running_ones_kept(tmp_path):
+    final = tmp_path / "tokens"
+    live = start_writer(final, "wait")
+    try:
+        running = live.stdout.readline().strip()
+        dead = killed_writer(final)  # its own start leaves the live writer's copy alone
+        (tmp_path / ".tokens.tmp-0a1b2c3d").mkdir()  # wellfed before the pid was in the name
+        (tmp_path / f".tokens.old-{dead_pid()}-0a1b2c3d").mkdir()
+        kept = {".tokens.tmp-notours", ".tokensX.tmp-0a1b2c3d", ".other.tmp-1-0a1b2c3d"}
+        for name in kept:
+            (tmp_path / name).mkdir()
+        assert {p.name for p in tmp_path.iterdir()} >= {dead.rsplit("/", 1)[1],
+                                                        running.rsplit("/", 1)[1]}
+        removed = remove_leftovers(final)
+        assert len(removed) == 3 and removed[0].endswith("(0.0 MB)")
+        left = {p.name for p in tmp_path.iterdir()}
+        assert left == kept | {running.rsplit("/", 1)[1]}  # the live writer's copy survives
+    finally:
+        live.stdin.close()
+        assert live.wait(timeout=60) == 0
+    assert (final / "part.arrow").stat().st_size == 4096
+
+
+def test_the_next_write_removes_the_leftover_and_says_so(tmp_path, capsys):
+    final = tmp_path / "metrics.json"
+    with atomic_path(final) as tmp:
+        tmp.write_text("{}")
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import os, signal, sys
+        from wellfed.outputs import atomic_path
+        with atomic_path(sys.argv[1]) as tmp:
+            tmp.write_text("half")
+            os.kill(os.getpid(), signal.SIGKILL)
+    """), str(final)], timeout=60)
+    assert proc.returncode == -9
+    assert len(list(tmp_path.glob(".metrics.json.tmp-*"))) == 1
+    with atomic_path(final) as tmp:
+        tmp.write_text('{"a": 1}')
+    assert "removed what an interrupted run left" in capsys.readouterr().out
+    assert [p.name for p in tmp_path.iterdir()] == ["metrics.json"]
+
+
+def test_the_prepare_stage_removes_a_killed_runs_staging_folder(tmp_path):
+    # The stage as dvc runs it: a killed earlier run left .prepared.tmp-<pid>-<hex>/ behind.
+    left = killed_writer(tmp_path / "prepared")
+    write_tsv(tmp_path / "raw" / "train.tsv", [(f"text {i}", "ab"[i % 2]) for i in range(40)])
+    (tmp_path / "params.yaml").write_text("prepare: {validation: '', test: ''}\n")
+    proc = subprocess.run([sys.executable, str(PROJECT / "stages" / "prepare.py"), "raw",
+                           "prepared", "reports/prepare.json"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    name = left.rsplit("/", 1)[1]
+    assert f"removed what an interrupted run left: {name} (0.0 MB)" in proc.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml", "prepared", "raw",
+                                                          "reports"]
