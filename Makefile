@@ -30,11 +30,11 @@ run: install            ## prepare -> tokenize -> train -> evaluate on the offli
 	dvc repro
 	@echo "done: data/eval/metrics.json, data/train/diagnosis.md; compare runs with 'dvc exp show --only-changed' or 'make ui'"
 
-test: install           ## the whole suite, slow real-data tests included (CI)
-	python -m pytest tests -s --durations=12
+test: install           ## every tier: unit, e2e pipelines, real data (CI)
+	python -m pytest tests -s --durations=15 -m "slow or e2e or not (slow or e2e)"
 
-test-fast: install      ## unit tests only
-	python -m pytest tests -m "not slow and not e2e"
+test-fast: install      ## the fast tier: unit tests only (the same as a plain `pytest`)
+	python -m pytest tests
 
 ui: install             ## MLflow UI over the project's store, on loopback only
 	@echo "open http://127.0.0.1:5000/#/experiments?workflowType=machine_learning (the Model training view)"
