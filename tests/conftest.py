@@ -59,6 +59,19 @@ def write_tsv(path: Path, rows: list[tuple[str, str]], header=("sentence", "labe
     return path
 
 
+def read_whole(path, fmt, text_column, label_column, **read):
+    """A raw file as one frame: the blocks of `sources.iter_file` (the prepare stage's reader)
+    put together, with the first block's attrs (read_as, warnings)."""
+    import pandas as pd
+
+    from wellfed.data import sources
+
+    blocks = list(sources.iter_file(path, fmt, text_column, label_column, **read))
+    frame = blocks[0] if len(blocks) == 1 else pd.concat(blocks, ignore_index=True)
+    frame.attrs = dict(blocks[0].attrs)
+    return frame
+
+
 @pytest.fixture(scope="module")
 def token_file(tmp_path_factory):
     """203 rows of 2-24 random token ids, alternating labels 0/1 (the training tests' input)."""

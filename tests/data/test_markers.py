@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import PROJECT
+from conftest import PROJECT, read_whole
 from wellfed.config import PrepareConfig, load_section
-from wellfed.data import markers, sources
+from wellfed.data import markers
 from wellfed.data.prepare import prepare_splits
 
 FILES = Path(__file__).resolve().parents[1] / "files"
@@ -24,7 +24,7 @@ REAL = ["contradiction", "entailment", "neutral"]
 
 def prepared(**params):
     cfg = PrepareConfig(**{**SNLI, **params})
-    raw = {split: (sources.read_file(FILES / getattr(cfg, split), "auto", cfg.text_column,
+    raw = {split: (read_whole(FILES / getattr(cfg, split), "auto", cfg.text_column,
                                      cfg.label_column), getattr(cfg, split))
            for split in ("train", "validation")}
     return prepare_splits(raw, cfg)
@@ -106,7 +106,7 @@ def test_a_marker_only_in_the_test_split_is_an_error_that_names_the_param(tmp_pa
     cfg = PrepareConfig(**SNLI)
     files = {"train": FILES / "snli_train.tsv", "validation": FILES / "snli_dev.tsv",
              "test": test}
-    raw = {split: (sources.read_file(path, "auto", cfg.text_column, cfg.label_column), split)
+    raw = {split: (read_whole(path, "auto", cfg.text_column, cfg.label_column), split)
            for split, path in files.items()}
     for split in ("train", "validation"):  # their labelled rows only
         frame = raw[split][0]
