@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import read_whole
+from conftest import prepare_frames, read_whole
 from wellfed.config import PrepareConfig
 from wellfed.data import prepare, sources
 
@@ -156,7 +156,7 @@ def prepared_both_ways(tmp_path, files: dict, cfg: PrepareConfig, **read):
               for split, path in paths.items()}
     assert all(len(list(sources.iter_file(path, block_bytes=SMALL, **columns))) > 3
                for path in paths.values())
-    return (streamed, names, report), prepare.prepare_splits(frames, cfg)
+    return (streamed, names, report), prepare_frames(frames, cfg)
 
 
 def assert_same(streamed, in_memory):
