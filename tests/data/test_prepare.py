@@ -1,4 +1,3 @@
-import numpy as np
 import pandas as pd
 import pytest
 
@@ -57,22 +56,3 @@ def test_duplicates_are_counted_and_dropped_only_on_request():
 def test_label_problems_are_clear(raw, message):
     with pytest.raises(ValueError, match=message):
         prepare_frames(raw, PrepareConfig())
-
-
-@pytest.mark.parametrize("seed", [0, 42, 7])
-def test_the_stratified_carve_holds_out_the_rows_sklearn_does(seed):
-    from sklearn.model_selection import train_test_split
-
-    from wellfed.data.carve import stratified_held
-
-    rng = np.random.default_rng(seed)
-    checked = 0
-    for n, k in ((40, 2), (1000, 3), (5000, 77), (20_000, 5)):
-        classes = rng.choice(k, n, p=rng.dirichlet(np.ones(k)) * 0.9 + 0.1 / k)
-        classes[:2 * k] = np.repeat(np.arange(k), 2)  # every class holds at least 2 rows
-        n_held = max(k, int(round(n * 0.1)))
-        _, expected = train_test_split(np.arange(n), test_size=n_held, random_state=seed,
-                                       stratify=classes)
-        np.testing.assert_array_equal(stratified_held(classes, n_held, seed), expected)
-        checked += 1
-    assert checked == 4

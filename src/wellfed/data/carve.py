@@ -59,39 +59,45 @@ def carve(scan: Scan, keep: np.ndarray, fraction: float, seed: int, where: str,
                          f"{fraction:g} of {plural(len(texts), 'distinct text')} is "
                          f"{plural(n_val, 'validation row')}, fewer than the {classes} "
                          f"classes (each needs one); {fix}")
-    # Codes ranked as their labels sort: the split then sees the classes in the order it would
-    # see the label strings in, and draws the same rows.
-    order = sorted(range(len(labels.values)), key=labels.values.__getitem__)
-    rank = np.empty(len(order), np.int64)
-    rank[order] = np.arange(len(order))
-    classes = rank[codes]
-    del codes
-    held = stratified_held(classes, n_val, seed)
+    held = stratified_held(codes, n_val, seed)
     return keep & isin(scan.key, scan.key[texts[held]])
 
 
 def stratified_held(classes: np.ndarray, n_held: int, seed: int) -> np.ndarray:
-    """The positions `train_test_split(range(len(classes)), test_size=n_held,
-    random_state=seed, stratify=classes)` holds out, drawn with the same random calls on numpy
-    arrays: sklearn's StratifiedShuffleSplit gathers the train side in a Python list of numpy
-    scalars, ~40 bytes a row (~360 MB for 9M texts). tests/data/test_prepare.py compares the
-    two."""
-    from sklearn.utils.extmath import _approximate_mode
+    """The positions of `n_held` of the rows whose classes (small ints) are `classes`, each
+    class holding out its share (see `held_per_class`), its rows drawn at random. The same
+    classes and seed give the same rows; ascending order."""
+    if not 0 <= n_held <= len(classes):
+        raise ValueError(f"cannot hold out {n_held} of {len(classes)} rows")
+    rng = np.random.default_rng(seed)
+    counts = np.bincount(classes)
+    per_class = held_per_class(counts, n_held, rng)
+    # One stable sort (8 bytes a row) instead of a mask per class: rows of class 0, 1, ...
+    by_class = np.argsort(classes, kind="stable")
+    ends = np.cumsum(counts)
+    held = [rng.choice(by_class[end - count:end], take, replace=False)
+            for count, end, take in zip(counts, ends, per_class) if take]
+    return np.sort(np.concatenate(held)) if held else np.zeros(0, np.int64)
 
-    counts = np.bincount(classes)  # classes are small ints: np.unique without its sort
-    of_row = (np.cumsum(counts > 0) - 1)[classes]
-    counts = counts[counts > 0]
-    by_class = np.split(np.argsort(of_row, kind="stable"), np.cumsum(counts)[:-1])
-    del of_row
-    rng = np.random.RandomState(seed)
-    n_train = len(classes) - n_held
-    train_i = _approximate_mode(counts, n_train, rng)
-    held_i = _approximate_mode(counts - train_i, n_held, rng)
-    held = []
-    for i, rows in enumerate(by_class):
-        order = rng.permutation(counts[i])
-        held.append(rows.take(order[train_i[i]:train_i[i] + held_i[i]], mode="clip"))
-    # sklearn shuffles the train side next: the same draws, without building it (a shuffle's
-    # draws depend only on the length).
-    rng.permutation(int(train_i.sum()))
-    return rng.permutation(np.concatenate(held))
+
+def held_per_class(counts: np.ndarray, n_held: int, rng: np.random.Generator) -> np.ndarray:
+    """How many rows each class holds out, `n_held` in all, by largest remainder: each class
+    gets the whole part of its exact share n_held x count / total, then the classes with the
+    largest remainders (ties in a random order) one more each until the sum is n_held. A class
+    of 2 or more rows is passed over while one more would hold out all of its rows, unless no
+    other class can take the row (n_held near the total)."""
+    total = int(counts.sum())
+    # Shares times the total, in integers: equal remainders compare equal (floats may not).
+    exact = n_held * counts.astype(np.int64)
+    held = exact // max(total, 1)
+    order = np.lexsort((rng.permutation(len(counts)), -(exact % max(total, 1))))
+    keeps_one = np.where(counts >= 2, counts - 1, counts)
+    left = n_held - int(held.sum())  # fewer than the number of classes
+    for limit in (keeps_one, counts):
+        while left:
+            room = order[held[order] < limit[order]][:left]
+            if not len(room):
+                break
+            held[room] += 1
+            left -= len(room)
+    return held
