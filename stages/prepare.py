@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 from wellfed.cli import stage
 from wellfed.config import load_params
 from wellfed.data import prepare, sources
+from wellfed.data.report import summary
 from wellfed.outputs import atomic_path, write_json
 
 log = logging.getLogger("wellfed.prepare")
@@ -45,7 +46,7 @@ def main(raw_dir, prepared_dir, report_json):
             write_json(tmp / "labels.json", {"names": names, "task": report["task"],
                                              "text_columns": [str(c) for c in cfg.text_columns()]})
     write_json(report_json, report)
-    for line in prepare.summary(report, report_json):
+    for line in summary(report, report_json):
         print(f"[wellfed] {line}")
     for warning in report["warnings"]:  # after the outputs: an error stays the only stderr line
         log.warning("warning: %s", warning)

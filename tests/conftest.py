@@ -59,6 +59,39 @@ def write_tsv(path: Path, rows: list[tuple[str, str]], header=("sentence", "labe
     return path
 
 
+def read_whole(path, fmt, text_column, label_column, **read):
+    """A raw file as one frame: the blocks of `sources.iter_file` (the prepare stage's reader)
+    put together, with the first block's attrs (read_as, warnings)."""
+    import pandas as pd
+
+    from wellfed.data import sources
+
+    blocks = list(sources.iter_file(path, fmt, text_column, label_column, **read))
+    frame = blocks[0] if len(blocks) == 1 else pd.concat(blocks, ignore_index=True)
+    frame.attrs = dict(blocks[0].attrs)
+    return frame
+
+
+def prepare_frames(raw: dict, cfg):
+    """`prepare.prepare_blocks` on frames in memory, one block per split as the prepare stage
+    hands it a Hub split: raw is split -> (frame of row, text[, text_pair], label, where).
+    Returns (split -> one frame of row_id, text[, text_pair], label, names, report)."""
+    import tempfile
+
+    import pandas as pd
+
+    from wellfed.data.prepare import prepare_blocks
+
+    blocks = {split: (lambda frame=frame: [frame], where) for split, (frame, where) in raw.items()}
+    with tempfile.TemporaryDirectory(prefix="wellfed-prepare-") as scratch:
+        outputs, names, report = prepare_blocks(blocks, cfg, Path(scratch))
+        splits = {}
+        for split, frames in outputs.items():
+            frames = list(frames)
+            splits[split] = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+    return splits, names, report
+
+
 @pytest.fixture(scope="module")
 def token_file(tmp_path_factory):
     """203 rows of 2-24 random token ids, alternating labels 0/1 (the training tests' input)."""

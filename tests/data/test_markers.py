@@ -10,10 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import PROJECT
+from conftest import PROJECT, prepare_frames, read_whole
 from wellfed.config import PrepareConfig, load_section
-from wellfed.data import markers, sources
-from wellfed.data.prepare import prepare_splits
+from wellfed.data import markers
 
 FILES = Path(__file__).resolve().parents[1] / "files"
 SNLI = {"train": "snli_train.tsv", "validation": "snli_dev.tsv", "test": "",
@@ -24,10 +23,10 @@ REAL = ["contradiction", "entailment", "neutral"]
 
 def prepared(**params):
     cfg = PrepareConfig(**{**SNLI, **params})
-    raw = {split: (sources.read_file(FILES / getattr(cfg, split), "auto", cfg.text_column,
+    raw = {split: (read_whole(FILES / getattr(cfg, split), "auto", cfg.text_column,
                                      cfg.label_column), getattr(cfg, split))
            for split in ("train", "validation")}
-    return prepare_splits(raw, cfg)
+    return prepare_frames(raw, cfg)
 
 
 def marker_warnings(report) -> list[str]:
@@ -106,7 +105,7 @@ def test_a_marker_only_in_the_test_split_is_an_error_that_names_the_param(tmp_pa
     cfg = PrepareConfig(**SNLI)
     files = {"train": FILES / "snli_train.tsv", "validation": FILES / "snli_dev.tsv",
              "test": test}
-    raw = {split: (sources.read_file(path, "auto", cfg.text_column, cfg.label_column), split)
+    raw = {split: (read_whole(path, "auto", cfg.text_column, cfg.label_column), split)
            for split, path in files.items()}
     for split in ("train", "validation"):  # their labelled rows only
         frame = raw[split][0]
@@ -115,7 +114,7 @@ def test_a_marker_only_in_the_test_split_is_an_error_that_names_the_param(tmp_pa
                        r".*; if '-1' means \"no label\", add it to prepare.missing_labels "
                        r'\(prepare.missing_labels: \["", "NaN", "null", "None", "-1"\]\) with '
                        r"prepare.on_invalid: skip to drop and count those rows$"):
-        prepare_splits(raw, cfg)
+        prepare_frames(raw, cfg)
 
 
 @pytest.mark.parametrize("label, share, suspect", [

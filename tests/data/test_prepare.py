@@ -1,9 +1,8 @@
-import numpy as np
 import pandas as pd
 import pytest
 
+from conftest import prepare_frames
 from wellfed.config import PrepareConfig
-from wellfed.data.prepare import prepare_splits
 
 
 def frame(rows):
@@ -16,7 +15,7 @@ TRAIN = [(f"text {i}", str(i % 2)) for i in range(40)]
 
 def test_labels_map_in_numeric_order_and_validation_is_carved_stratified():
     raw = {"train": (frame([(f"t{i}", str(10 if i % 4 else 9)) for i in range(80)]), "train.tsv")}
-    splits, names, report = prepare_splits(raw, PrepareConfig(val_fraction=0.25, seed=1))
+    splits, names, report = prepare_frames(raw, PrepareConfig(val_fraction=0.25, seed=1))
     assert names == ["9", "10"]  # numeric, not string, order
     assert len(splits["train"]) == 60 and len(splits["validation"]) == 20
     assert splits["validation"]["label"].value_counts().to_dict() == {1: 15, 0: 5}
@@ -27,9 +26,9 @@ def test_labels_map_in_numeric_order_and_validation_is_carved_stratified():
 def test_invalid_rows_error_by_default_and_are_counted_when_skipped():
     rows = TRAIN + [("  ", "1"), ("no label", None)]
     with pytest.raises(ValueError, match=r"train.tsv: data row 41 has empty text.*on_invalid: skip"):
-        prepare_splits({"train": (frame(rows), "train.tsv"),
+        prepare_frames({"train": (frame(rows), "train.tsv"),
                         "validation": (frame(TRAIN[:4]), "dev.tsv")}, PrepareConfig())
-    splits, _, report = prepare_splits({"train": (frame(rows), "train.tsv"),
+    splits, _, report = prepare_frames({"train": (frame(rows), "train.tsv"),
                                         "validation": (frame(TRAIN[:4]), "dev.tsv")},
                                        PrepareConfig(on_invalid="skip"))
     rep = report["splits"]["train"]
@@ -40,8 +39,8 @@ def test_invalid_rows_error_by_default_and_are_counted_when_skipped():
 def test_duplicates_are_counted_and_dropped_only_on_request():
     rows = TRAIN + TRAIN[:3]
     raw = {"train": (frame(rows), "t"), "validation": (frame(TRAIN[:4]), "v")}
-    _, _, kept = prepare_splits(raw, PrepareConfig())
-    _, _, dropped = prepare_splits(raw, PrepareConfig(drop_duplicates=True))
+    _, _, kept = prepare_frames(raw, PrepareConfig())
+    _, _, dropped = prepare_frames(raw, PrepareConfig(drop_duplicates=True))
     assert kept["splits"]["train"]["duplicates_found"] == 3 and kept["splits"]["train"]["kept"] == 43
     assert dropped["splits"]["train"]["dropped"]["duplicate"] == 3
     assert dropped["splits"]["train"]["kept"] == 40
@@ -56,23 +55,4 @@ def test_duplicates_are_counted_and_dropped_only_on_request():
 ])
 def test_label_problems_are_clear(raw, message):
     with pytest.raises(ValueError, match=message):
-        prepare_splits(raw, PrepareConfig())
-
-
-@pytest.mark.parametrize("seed", [0, 42, 7])
-def test_the_stratified_carve_holds_out_the_rows_sklearn_does(seed):
-    from sklearn.model_selection import train_test_split
-
-    from wellfed.data.prepare import stratified_held
-
-    rng = np.random.default_rng(seed)
-    checked = 0
-    for n, k in ((40, 2), (1000, 3), (5000, 77), (20_000, 5)):
-        classes = rng.choice(k, n, p=rng.dirichlet(np.ones(k)) * 0.9 + 0.1 / k)
-        classes[:2 * k] = np.repeat(np.arange(k), 2)  # every class holds at least 2 rows
-        n_held = max(k, int(round(n * 0.1)))
-        _, expected = train_test_split(np.arange(n), test_size=n_held, random_state=seed,
-                                       stratify=classes)
-        np.testing.assert_array_equal(stratified_held(classes, n_held, seed), expected)
-        checked += 1
-    assert checked == 4
+        prepare_frames(raw, PrepareConfig())

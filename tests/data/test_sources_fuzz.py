@@ -7,7 +7,7 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from wellfed.data.sources import read_file
+from conftest import read_whole
 
 SETTINGS = settings(max_examples=150, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -15,7 +15,7 @@ SETTINGS = settings(max_examples=150, deadline=None,
 
 def outcome(path, fmt):
     try:
-        return read_file(path, fmt, "text", "label")
+        return read_whole(path, fmt, "text", "label")
     except ValueError as err:
         message = str(err)
         assert str(path) in message and "\n" not in message.strip().split("; ")[0]
@@ -46,7 +46,7 @@ def test_well_formed_delimited_files_round_trip(tmp_path, rows, sep):
     writer.writerows(rows)
     path = tmp_path / ("f.tsv" if sep == "\t" else "f.csv")
     path.write_text(buf.getvalue(), encoding="utf-8", newline="")
-    frame = read_file(path, "auto", "text", "label")
+    frame = read_whole(path, "auto", "text", "label")
     got = list(zip(frame["text"], frame["label"].fillna("")))
     assert got == [(text, label.strip()) for text, label in rows]
 
@@ -76,10 +76,10 @@ def test_headerless_tsv_with_plain_quotes_reads_every_row(tmp_path, rows):
     error or a warning) to use none."""
     path = tmp_path / "labelled"
     path.write_text("".join(f"{label}\t{text}\n" for label, text in rows), encoding="utf-8")
-    frame = read_file(path, "auto", 1, 0, header=False, quoting="none")
+    frame = read_whole(path, "auto", 1, 0, header=False, quoting="none")
     assert list(zip(frame["label"], frame["text"])) == rows
     try:
-        auto = read_file(path, "auto", 1, 0, header=False)
+        auto = read_whole(path, "auto", 1, 0, header=False)
     except ValueError as err:
         assert "set prepare.quoting: none" in str(err)
     else:

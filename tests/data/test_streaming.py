@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from conftest import prepare_frames, read_whole
 from wellfed.config import PrepareConfig
 from wellfed.data import prepare, sources
 
@@ -51,7 +52,7 @@ def test_quoted_fields_with_newlines_across_block_edges_read_as_whole(tmp_path):
     got = whole(blocks)
     assert list(zip(got["text"], got["label"])) == rows
     assert got["row"].tolist() == list(range(120))
-    expected = sources.read_file(path, "auto", "text", "label")
+    expected = read_whole(path, "auto", "text", "label")
     pd.testing.assert_frame_equal(got, expected)
     assert {b.attrs["read_as"] for b in blocks} == {expected.attrs["read_as"]}
 
@@ -112,7 +113,7 @@ def test_parquet_and_jsonl_in_blocks(tmp_path):
         got = whole(blocks)
         assert len(blocks) > 10 and len(got) == rows
         assert got["row"].tolist() == list(range(rows))
-        expected = sources.read_file(tmp_path / name, "auto", "text", "label")
+        expected = read_whole(tmp_path / name, "auto", "text", "label")
         assert plain(got) == plain(expected)
     assert got["label"][:30].isna().all() and got["label"][30] == "0"
 
@@ -151,11 +152,11 @@ def prepared_both_ways(tmp_path, files: dict, cfg: PrepareConfig, **read):
     outputs, names, report = prepare.prepare_blocks(blocks, cfg, tmp_path / "scratch")
     streamed = {split: pd.concat(list(frames), ignore_index=True)
                 for split, frames in outputs.items()}
-    frames = {split: (sources.read_file(path, **columns), str(path))
+    frames = {split: (read_whole(path, **columns), str(path))
               for split, path in paths.items()}
     assert all(len(list(sources.iter_file(path, block_bytes=SMALL, **columns))) > 3
                for path in paths.values())
-    return (streamed, names, report), prepare.prepare_splits(frames, cfg)
+    return (streamed, names, report), prepare_frames(frames, cfg)
 
 
 def assert_same(streamed, in_memory):
