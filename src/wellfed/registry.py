@@ -65,6 +65,18 @@ def link(uri: str, model_id: str, name: str, version: str | int) -> None:
         client.set_logged_model_tags(model_id, {MODEL_VERSIONS: json.dumps(known + [entry])})
 
 
+def register(uri: str, run_id: str, model_dir, name: str) -> dict:
+    """Log `model_dir` as the run's model, register it as the next version of `name` and link
+    the two; return the record evaluate ranks it by (data/train/run.json): model_id,
+    registered_model, model_version."""
+    from wellfed import serving
+
+    info, version = serving.log_model(uri, run_id, model_dir, name)
+    link(uri, info.model_id, version.name, version.version)
+    return {"model_id": info.model_id, "registered_model": version.name,
+            "model_version": str(version.version)}
+
+
 def holder(client, name: str, alias: str):
     """The version the alias points at, or None."""
     from mlflow.exceptions import MlflowException
