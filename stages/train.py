@@ -70,8 +70,8 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir):
             tracking.log_datasets(uri, run_id, tokens)
             model = registry.register(uri, run_id, model_dir, mlflow_cfg.model_name())
         name, version = model["registered_model"], model["model_version"]
-        print(f"[wellfed] model registered: models:/{name}/{version} "
-              f"({ui_links.model_version(uri, name, version)})")
+        print(f"[wellfed] model registered: models:/{name}/{version}; in the UI: "
+              f"{ui_links.model_version(uri, name, version)}")
     except Exception as err:
         model = {}
         print(f"[wellfed] WARNING: the model was not logged to MLflow ({type(err).__name__}: "

@@ -30,7 +30,8 @@ def split_rows(run) -> dict[str, int]:
         profile = json.loads(given.dataset.profile or "{}")
         if given.dataset.name.startswith("tokens/") and "num_rows" in profile:
             rows[given.dataset.name.removeprefix("tokens/")] = int(profile["num_rows"])
-    return rows
+    order = ("train", "validation", "test")  # MLflow returns the inputs in no fixed order
+    return dict(sorted(rows.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else 9))
 
 
 def share(value) -> str:
