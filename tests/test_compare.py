@@ -143,9 +143,10 @@ def test_two_mlflow_run_ids_resolve_compare_and_log_to_b(tmp_path, capsys):
     assert result["a"]["mlflow_run_id"] == runs[0] and result["b"]["mlflow_run_id"] == runs[1]
     assert result["split"] == "test" and result["rows"] == 500
     logged = client.get_run(runs[1]).data.metrics
-    assert logged["compare/wrong_to_right"] == 30 and logged["compare/right_to_wrong"] == 10
-    assert logged["compare/accuracy_diff"] == pytest.approx(0.04)
-    assert len([k for k in logged if k.startswith("compare/")]) == 10
+    assert logged["vs/wrong_to_right"] == 30 and logged["vs/right_to_wrong"] == 10
+    assert logged["vs/accuracy_diff"] == pytest.approx(0.04)
+    assert len([k for k in logged if k.startswith("vs/")]) == 10
+    assert all(k > "val/" for k in logged)  # after the headline in the UI's sorted lists
     artifact = json.loads(mlflow.artifacts.load_text(
         f"{client.get_run(runs[1]).info.artifact_uri}/compare/vs_{runs[0]}.json"))
     assert artifact == result

@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> dict:
         tracking.log_metrics(uri, b.run_id, comparison.tracked(result))
         artifact = f"compare/vs_{safe_key(a.run_id or a.ref)}.json"
         tracking.log_text(uri, b.run_id, text, artifact)
-        log.info("logged compare/* metrics and %s to MLflow run %s", artifact, b.run_id)
+        log.info("logged vs/* metrics and %s to MLflow run %s", artifact, b.run_id)
     except Exception as err:
         log.warning("not logged to MLflow run %s: %s", b.run_id, cli.one_line(str(err))[:300])
     return result
