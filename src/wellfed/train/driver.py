@@ -228,8 +228,10 @@ def run_in_process(job: TrainJob, ray_cfg: RayConfig, use_gpu: bool, run: runs.R
     callback = MlflowCallback(uri, run_id, str(backlog))
     stop = threading.Event()
     mlflow.set_tracking_uri(uri)
-    mlflow.system_metrics.set_system_metrics_node_id(f"driver-{os.uname().nodename}")
-    with mlflow.start_run(run_id=run_id, log_system_metrics=True), retries_restored():
+    # No MLflow system metrics here: this process is the worker, whose own sampler already logs
+    # its CPU or GPU (workers/*); they would add 8+ keys, and the UI's compare page plots the
+    # first key a run logged, which would be system/.../cpu_utilization_percentage.
+    with mlflow.start_run(run_id=run_id, log_system_metrics=False), retries_restored():
         try:
             store = local.Store(run.storage_uri, run.name, checkpoint_config(job.train.select))
             return preemption.run_stoppable(
