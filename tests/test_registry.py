@@ -51,16 +51,19 @@ def test_the_alias_moves_only_to_a_better_version_of_the_same_split(store):
 
 def test_an_equal_score_or_another_split_or_nan_leaves_the_alias(store):
     uri, client, version = store
-    v1, v2, v3, v4 = version(), version(), version(), version()
+    v0, v1, v2, v3, v4 = version(), version(), version(), version(), version()
+    nan = registry.promote(uri, NAME, v0, ALIAS, METRIC, float("nan"), SPLIT, "test")
+    assert nan.line() == ("models:/demo-classifier@champion is not set: version 1 scored "
+                          "eval/macro_f1 nan: not a finite figure, never ranked")
     registry.promote(uri, NAME, v1, ALIAS, METRIC, 0.80, SPLIT, "test")
     assert not registry.promote(uri, NAME, v2, ALIAS, METRIC, 0.80, SPLIT, "test").moved
     other = registry.promote(uri, NAME, v3, ALIAS, METRIC, 0.99, OTHER, "validation")
     assert not other.moved and "cannot be ranked" in other.reason
     assert "another split (test, fingerprint aaaaaaaaaaaa)" in other.reason
     assert not registry.promote(uri, NAME, v4, ALIAS, METRIC, float("nan"), SPLIT, "test").moved
-    assert str(client.get_model_version_by_alias(NAME, ALIAS).version) == "1"
+    assert str(client.get_model_version_by_alias(NAME, ALIAS).version) == "2"
     again = registry.promote(uri, NAME, v1, ALIAS, METRIC, 0.80, SPLIT, "test")  # re-evaluated
-    assert not again.moved and again.holder == "1"
+    assert not again.moved and again.holder == "2"
 
 
 def test_a_hand_set_alias_without_a_record_is_never_taken_silently(store):
@@ -86,3 +89,22 @@ def test_the_logged_model_names_its_registered_version(store):
                                           ("regression", "eval/pearson")])
 def test_each_task_ranks_by_its_headline(task, metric):
     assert registry.headline(task) == metric
+
+
+def test_the_run_note_says_where_the_version_stands():
+    """The note's registry line, for a version that took the alias and one that did not."""
+    from types import SimpleNamespace
+
+    from wellfed import run_note
+
+    run = SimpleNamespace(data=SimpleNamespace(metrics={"val/macro_f1": 0.9}, params={},
+                                               tags={}),
+                          inputs=SimpleNamespace(dataset_inputs=[]))
+    model = {"registered_model": NAME, "model_version": "3"}
+    stays = registry.Verdict(NAME, "3", ALIAS, "2", False, "scored eval/macro_f1 0.7000 ...")
+    note = run_note.compose(run, "single_label", ["a", "b"], model=model, verdict=stays)
+    assert note.splitlines()[0] == ("### val/macro_f1 0.9000 (last validation; the test split "
+                                    "is scored by the evaluate stage)")
+    assert ("- **registry** [models:/demo-classifier/3](#/models/demo-classifier/versions/3"
+            "?workflowType=machine_learning); `models:/demo-classifier@champion` stays version 2: "
+            "this one scored eval/macro_f1 0.7000 ...") in note

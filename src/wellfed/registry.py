@@ -51,6 +51,8 @@ class Verdict:
         uri = f"models:/{self.name}@{self.alias}"
         if self.moved:
             return f"{uri} -> version {self.version}: {self.reason}"
+        if self.holder is None:
+            return f"{uri} is not set: version {self.version} {self.reason}"
         return f"{uri} stays version {self.holder}: version {self.version} {self.reason}"
 
 

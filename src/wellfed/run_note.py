@@ -90,13 +90,12 @@ def compose(run, task: str, labels: list[str], *, model: dict | None = None,
         lines.append(f"- **diagnosis** {t[DIAGNOSIS]}")
     if model and model.get("model_version"):
         name, version = model["registered_model"], model["model_version"]
-        # A link within the UI (any host or port it is served on), in the training view.
-        page = "#" + ui_links.model_version("", name, version).split("#", 1)[1]
-        where = f"[models:/{name}/{version}]({page})"
+        where = f"[models:/{name}/{version}]({ui_links.model_version_route(name, version)})"
         if verdict is not None:
             alias = f"`models:/{name}@{verdict.alias}`"
             where += (f", now {alias}: {verdict.reason}" if verdict.moved else
-                      f"; {alias} is version {verdict.holder}" if verdict.holder else "")
+                      f"; {alias} stays version {verdict.holder}: this one {verdict.reason}"
+                      if verdict.holder else f", not {alias}: it {verdict.reason}")
         lines.append(f"- **registry** {where}")
     if evaluation and evaluation.get("table"):
         lines.append(f"- per-class figures: the table `{evaluation['table']}` (Artifacts)")

@@ -36,7 +36,13 @@ def run(tracking_uri: str, experiment_id: str, run_id: str) -> str:
 
 def model_version(tracking_uri: str, name: str, version: str | int) -> str:
     """A registered version's page: its aliases, tags (why it is or is not the champion)."""
-    return f"{base(tracking_uri)}/#/models/{quote(name, safe='')}/versions/{version}?{VIEW}"
+    return f"{base(tracking_uri)}/{model_version_route(name, version)}"
+
+
+def model_version_route(name: str, version: str | int) -> str:
+    """The version page's route alone (`#/models/...`): a link inside the UI, such as the run
+    note's, then works whatever host and port the UI is served on."""
+    return f"#/models/{quote(name, safe='')}/versions/{version}?{VIEW}"
 
 
 def logged_model(tracking_uri: str, experiment_id: str, model_id: str) -> str:
