@@ -67,6 +67,7 @@ def test_the_champion_is_the_best_version_by_the_headline_on_the_same_split(stor
 def test_each_logged_model_shows_its_version_and_its_test_figures(story):
     dest, _ = story
     client, runs = mlflow_runs(dest)
+    assert len(runs) == 3
     for number, run_ in enumerate(runs, start=1):
         version = client.get_model_version(NAME, str(number))
         model = client.get_logged_model(version.source.removeprefix("models:/"))
