@@ -10,7 +10,6 @@ import json
 import re
 import socket
 import subprocess
-from pathlib import Path
 
 import pytest
 
