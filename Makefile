@@ -28,7 +28,7 @@ $(VENV)/.installed: pyproject.toml
 
 run: install            ## prepare -> tokenize -> train -> evaluate on the offline default
 	dvc repro
-	@echo "done: data/eval/metrics.json, data/train/diagnosis.md; compare runs with 'dvc exp show --only-changed' or 'make ui'"
+	@echo "done: data/eval/metrics.json, data/train/diagnosis.md, models:/wellfed-classifier@champion; compare runs with 'dvc exp show --only-changed' or 'make ui'"
 
 test: install           ## every tier: unit, e2e pipelines, real data (CI)
 	python -m pytest tests -s --durations=15 -m "slow or e2e or not (slow or e2e)"
@@ -37,7 +37,9 @@ test-fast: install      ## the fast tier: unit tests only (the same as a plain `
 	python -m pytest tests
 
 ui: install             ## MLflow UI over the project's store, on loopback only
+	@# workflowType in the #/ route: MLflow 3's UI opens its GenAI view without it (README, "In the UI")
 	@echo "open http://127.0.0.1:5000/#/experiments?workflowType=machine_learning (the Model training view)"
+	@echo "models: http://127.0.0.1:5000/#/models?workflowType=machine_learning (@champion: the best on the test split)"
 	mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1 --port 5000
 
 bench: install          ## side-by-side benchmarks -> benchmarks/results/*.json

@@ -11,8 +11,9 @@ from transformers import AutoModelForSequenceClassification
 from transformers.utils import logging as hf_logging
 
 from wellfed import device as dev
-from wellfed import evaluation, serving, temperature, tracking
+from wellfed import eval_tracking, evaluation, serving, temperature, tracking
 from wellfed.cli import stage
+from wellfed.config import load_params
 from wellfed.data.shards import TokenFile
 from wellfed.outputs import atomic_path, write_json
 
@@ -58,17 +59,17 @@ def main(tokens_dir, model_dir, run_json, eval_dir):
             evaluation.plot_residuals(data.labels, outputs, names, tmp)
     write_json(out / "report.json", metrics)  # per-class scores, confusion matrix: the detail
     run = json.loads(Path(run_json).read_text())
-    tracked = evaluation.tracked(metrics, task)
-    write_json(out / "metrics.json", {f"eval/{k}": metrics[k] for k in evaluation.HEADLINE[task]})
-    if "ece_uncalibrated" in metrics:
-        tracked.update({"calibration/eval_ece_before": metrics["ece_uncalibrated"],
-                        "calibration/eval_ece_after": metrics["ece"]})
-    tracking.log_metrics(run["tracking_uri"], run["mlflow_run_id"], tracked)
+    figures = {f"eval/{k}": metrics[k] for k in evaluation.HEADLINE[task]}
+    write_json(out / "metrics.json", figures)  # the DVC metrics: MLflow's names and values
+    if "ece_uncalibrated" in metrics:  # the exported head is calibrated (train.calibrate)
+        tracking.log_metrics(run["tracking_uri"], run["mlflow_run_id"],
+                             {"calibration/eval_ece_before": metrics["ece_uncalibrated"],
+                              "calibration/eval_ece_after": metrics["ece"]})
     tracking.log_artifacts(run["tracking_uri"], run["mlflow_run_id"], out, "eval")
-    mapping = {key: scores["label"] for key, scores in
-               metrics.get("per_class", metrics.get("per_target", {})).items()}
-    tracking.log_text(run["tracking_uri"], run["mlflow_run_id"],
-                      json.dumps(mapping, indent=2, ensure_ascii=False), "eval/label_keys.json")
+    (mlflow_cfg,) = load_params("params.yaml", "mlflow")
+    verdict, page = eval_tracking.record(
+        run, metrics, figures, task, names, split,
+        eval_tracking.split_fingerprint(meta, tokens, split), mlflow_cfg.champion_alias)
     words = {"macro_f1": "macro F1", "micro_f1": "micro F1", "ece": "ECE"}
     shown = ", ".join(f"{words.get(k, k.replace('_', ' '))} {metrics[k]:.4f}"
                       for k in evaluation.HEADLINE[task])
@@ -76,6 +77,9 @@ def main(tokens_dir, model_dir, run_json, eval_dir):
     before = (f" (ECE {metrics['ece_uncalibrated']:.4f} before calibration)"
               if "ece_uncalibrated" in metrics else "")
     print(f"[wellfed] evaluate on {split} ({metrics['rows']} rows): {shown}{at}{before}")
+    if verdict is not None:
+        print(f"[wellfed] {verdict.line()}")
+    print(f"[wellfed] MLflow run: {page}")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from wellfed.cli import stage
 from wellfed.config import load_params
+from wellfed.data.fingerprint import split_fingerprint
 from wellfed.data.shards import write_token_file
 from wellfed.data.tokenization import SplitTokenizer
 from wellfed.model import load_tokenizer, resolve_source
@@ -29,10 +30,12 @@ def main(prepared_dir, tokens_dir, stats_json):
     # A pair for a model with token types (BERT-style): keep where the second segment starts.
     segments = (len(label_info.get("text_columns", [])) == 2
                 and "token_type_ids" in tokenizer.model_input_names)
-    stats = {}
+    stats, splits = {}, {}
     with atomic_path(tokens_dir, is_dir=True) as tmp:
         for split_file in sorted(prepared.glob("*.parquet")):
             split = split_file.stem
+            # Which rows, texts and labels: evaluate ranks models on one split by it.
+            splits[split] = split_fingerprint(split_file, label_info["names"])
             encoder = SplitTokenizer(tokenizer, tok_cfg.max_length, tok_cfg.batch_rows)
             write_token_file(tmp / f"{split}.arrow",
                              encoder.batches(str(split_file), split, segments),
@@ -44,7 +47,8 @@ def main(prepared_dir, tokens_dir, stats_json):
                                        "task": label_info.get("task", "single_label"),
                                        "text_columns": label_info.get("text_columns", ["text"]),
                                        "pad_id": tokenizer.pad_token_id,
-                                       "max_length": tok_cfg.max_length})
+                                       "max_length": tok_cfg.max_length,
+                                       "split_fingerprints": splits})
     write_json(stats_json, stats)
 
 

@@ -12,7 +12,7 @@ import json  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from wellfed import serving, tasks, temperature, tracking  # noqa: E402
+from wellfed import registry, run_note, tasks, temperature, tracking, ui_links  # noqa: E402
 from wellfed.cli import one_line, stage  # noqa: E402
 from wellfed.config import SECTIONS, flatten, load_params  # noqa: E402
 from wellfed.data.shards import TokenFile  # noqa: E402
@@ -71,18 +71,24 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir):
 
     metrics = driver.summarize(history, seconds, figures, checkpoint.best)
     write_json(out / "metrics.json", metrics)  # the DVC metrics: headline only, MLflow's names
-    # val/* are already in the run, logged at their steps; the rest are the run's own figures.
-    tracking.log_metrics(uri, run_id, {k: v for k, v in metrics.items() if k.startswith("train/")})
     try:  # a model MLflow could not take must not cost the training: data/model holds it
         with clock("mlflow model + registry"):
             tracking.log_datasets(uri, run_id, tokens)
-            _, version = serving.log_model(uri, run_id, model_dir, mlflow_cfg.model_name())
-        print(f"[wellfed] model registered: models:/{version.name}/{version.version}")
+            model = registry.register(uri, run_id, model_dir, mlflow_cfg.model_name())
+        name, version = model["registered_model"], model["model_version"]
+        print(f"[wellfed] model registered: models:/{name}/{version}; in the UI: "
+              f"{ui_links.model_version(uri, name, version)}")
     except Exception as err:
+        model = {}
         print(f"[wellfed] WARNING: the model was not logged to MLflow ({type(err).__name__}: "
               f"{one_line(err)}); it is in {model_dir}", file=sys.stderr)
+    # val/* are already in the run, logged at their steps; the rest are the run's (and model's).
+    tracking.log_metrics(uri, run_id, {k: v for k, v in metrics.items() if k.startswith("train/")},
+                         model_id=model.get("model_id"))
+    tracking.set_tags(uri, run_id, {run_note.DIAGNOSIS: run_note.diagnosis_line(text)})
+    run_note.write(uri, run_id, task, meta["labels"], model=model)  # evaluate adds the test
     write_json(out / "run.json", {"mlflow_run_id": run_id, "tracking_uri": uri,
-                                  "ray_run": info["name"]})
+                                  "ray_run": info["name"], **model})
     runs.mark_complete(info, run_id)
     try:  # a diagnostic: it must not fail a stage whose outputs are all written
         print(f"[wellfed] train stage {stage_breakdown(clock, STARTED, uri, run_id)}")

@@ -14,7 +14,8 @@ from sklearn.metrics import f1_score
 
 from wellfed import comparison
 from wellfed.compare import main
-from wellfed.comparison import Scored, compare, load
+from wellfed.comparison import compare
+from wellfed.prediction_sources import Scored, load
 
 LABELS = ["neg", "neu", "pos"]
 
@@ -142,13 +143,40 @@ def test_two_mlflow_run_ids_resolve_compare_and_log_to_b(tmp_path, capsys):
     assert result["a"]["mlflow_run_id"] == runs[0] and result["b"]["mlflow_run_id"] == runs[1]
     assert result["split"] == "test" and result["rows"] == 500
     logged = client.get_run(runs[1]).data.metrics
-    assert logged["compare/wrong_to_right"] == 30 and logged["compare/right_to_wrong"] == 10
-    assert logged["compare/accuracy_diff"] == pytest.approx(0.04)
-    assert len([k for k in logged if k.startswith("compare/")]) == 10
+    assert logged["vs/wrong_to_right"] == 30 and logged["vs/right_to_wrong"] == 10
+    assert logged["vs/accuracy_diff"] == pytest.approx(0.04)
+    assert len([k for k in logged if k.startswith("vs/")]) == 10
+    assert all(k > "val/" for k in logged)  # after the headline in the UI's sorted lists
     artifact = json.loads(mlflow.artifacts.load_text(
         f"{client.get_run(runs[1]).info.artifact_uri}/compare/vs_{runs[0]}.json"))
     assert artifact == result
     assert not client.get_run(runs[0]).data.metrics  # A is left alone
+
+
+def test_a_registry_alias_names_the_run_behind_its_version(tmp_path, capsys):
+    """`models:/<name>@champion` (and `models:/<name>/<version>`) is the run that trained the
+    version: the README's `wellfed-compare models:/wellfed-classifier@champion data/eval`."""
+    import mlflow
+
+    ids, gold, pred_a, pred_b, _, _ = planted()
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = mlflow.MlflowClient(uri)
+    exp = client.create_experiment("compare", artifact_location=str(tmp_path / "artifacts"))
+    run_a = client.create_run(exp).info.run_id
+    client.log_artifacts(run_a, str(write_eval(tmp_path / "a", ids, gold, pred_a)), "eval")
+    client.create_registered_model("m")
+    client.create_model_version("m", str(tmp_path / "model"), run_id=run_a)
+    client.set_registered_model_alias("m", "champion", "1")
+    b = write_eval(tmp_path / "b", ids, gold, pred_b)
+    for ref in ("models:/m@champion", "models:/m/1"):
+        assert main([ref, str(b), "--tracking-uri", uri]) == 0
+        out = capsys.readouterr().out
+        assert f"A: MLflow run {run_a} ({ref} = version 1)" in out
+        assert "verdict: B - A accuracy +4.0 pt" in out
+    assert main(["models:/m@best", str(b), "--tracking-uri", uri]) == 1
+    err = capsys.readouterr().err
+    assert "no registered version models:/m@best" in err and "run `dvc repro` first" in err
+    assert "dvc could not read" not in err  # a registry URI is no git revision
 
 
 def test_an_unknown_run_is_one_line_naming_what_was_tried(tmp_path, capsys, monkeypatch):

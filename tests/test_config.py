@@ -116,3 +116,10 @@ def test_every_numeric_field_of_every_section_takes_the_dvc_spelling():
         written = f"{default:.0e}" if hint is float and default else f"{float(default):e}"
         section = load_section({name: {key: written}}, name)
         assert getattr(section, key) == pytest.approx(default) and type(getattr(section, key)) is hint, key
+
+
+@pytest.mark.parametrize("alias", ["latest", "v3", "best model", "a/b"])
+def test_a_champion_alias_mlflow_would_refuse_is_named_with_the_fix(alias):
+    with pytest.raises(ValueError, match=r"mlflow.champion_alias must be letters, digits"):
+        load_section({"mlflow": {"champion_alias": alias}}, "mlflow")
+    assert load_section({"mlflow": {"champion_alias": ""}}, "mlflow").champion_alias == ""

@@ -99,3 +99,31 @@ def test_token_files_are_the_runs_dataset_inputs(tmp_path, uri):
     assert train.digest == sha[:36] and json.loads(train.profile) == {"num_rows": 5, "sha256": sha}
     assert json.loads(train.source)["uri"] == str((tmp_path / "train.arrow").resolve())
     assert [t.value for t in by_name["tokens/validation"].tags] == ["validation"]
+
+
+def test_worker_choices_are_tags_and_a_report_may_carry_more(uri, capsys):
+    """What the workers decided (precision, devices, ... and any key of a report's `derived`)
+    goes to run tags, not params; one worker logs no per-worker metric keys; rank 0's time per
+    part of the loop is one tag the stage's breakdown reads."""
+    import json
+
+    from wellfed.train.callback import MlflowCallback
+
+    run_id = tracking.start_run(uri, "choices", "r")
+    records = [{"step": s, "epoch": 0, "lr": 1e-4, "loss": 1.0, "grad_norm": 1.0, "rows": 8,
+                "real_tokens": 80, "padded_tokens": 96} for s in (1, 2)]
+    rep = {"rank": 0, "records": records, "steps_total": 2, "interval_s": 1.0,
+           "input_wait_s": 0.01, "copy_s": 0.0, "compute_s": 0.99, "local_rows": 8,
+           "local_real_tokens": 80, "mfu": 0.1, "telemetry": {"cpu_util_pct": 99.0},
+           "sampler": "cpu", "precision": "fp32", "precision_reason": "CPU", "pad_multiple": 1,
+           "device": "cpu", "node": "n0", "peak_flops": 1e12, "peak_source": "table",
+           "derived": {"attention": "sdpa"}, "timing": {"setup": 2.0, "steps": 1.0}}
+    MlflowCallback(uri, run_id, "unused-backlog").after_report(None, [rep], None)
+    run = mlflow.MlflowClient(uri).get_run(run_id)
+    assert run.data.params == {}
+    tags = run.data.tags
+    assert tags["derived.precision"] == "fp32" and tags["derived.attention"] == "sdpa"
+    assert json.loads(tags[tracking.WORKER_TIME])["seconds"] == {"setup": 2.0, "steps": 1.0}
+    assert not [k for k in run.data.metrics if k.startswith("worker0")]
+    assert run.data.metrics["workers/cpu_util_pct_mean"] == 99.0
+    assert "[wellfed] precision=fp32 (CPU), pad_multiple=1" in capsys.readouterr().out

@@ -3,8 +3,9 @@
 usage: python -m wellfed.compare A B [--tracking-uri URI] [--out compare.json]
        (or `wellfed-compare A B`)
 
-A and B: MLflow run ids, `dvc exp` names (the MLflow run tagged dvc.exp_name, else the
-experiment's data/eval from DVC's cache), git revisions, or folders holding predictions.parquet.
+A and B: MLflow run ids, registry URIs (models:/<name>@champion: the run behind that version),
+`dvc exp` names (the MLflow run tagged dvc.exp_name, else the experiment's data/eval from DVC's
+cache), git revisions, or folders holding predictions.parquet.
 Prints the paired comparison (wellfed.comparison), writes it as JSON with --out, and logs it to
 B's MLflow run as compare/* metrics and a compare/vs_<A>.json artifact when B is an MLflow run.
 """
@@ -18,7 +19,7 @@ import os
 import sys
 from pathlib import Path
 
-from wellfed import cli, comparison, privacy, tracking
+from wellfed import cli, comparison, prediction_sources, privacy, tracking
 from wellfed.names import key as safe_key
 
 log = logging.getLogger("wellfed.compare")
@@ -27,7 +28,8 @@ log = logging.getLogger("wellfed.compare")
 def arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="wellfed-compare", description="Paired comparison of two evaluated runs (B - A).")
-    parser.add_argument("a", help="baseline: MLflow run id, dvc exp name, git revision or folder")
+    parser.add_argument("a", help="baseline: MLflow run id, models:/<name>@<alias>, dvc exp name, "
+                        "git revision or folder")
     parser.add_argument("b", help="candidate, as A; B - A is reported and logged to B")
     parser.add_argument("--tracking-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI, "
                         "else sqlite:///<current folder>/mlflow.db)")
@@ -46,9 +48,9 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> dict:
-    uri = comparison.default_tracking_uri(args.tracking_uri, Path.cwd())
-    a = comparison.load(args.a, uri, Path.cwd(), args.eval_dir)
-    b = comparison.load(args.b, uri, Path.cwd(), args.eval_dir)
+    uri = prediction_sources.default_tracking_uri(args.tracking_uri, Path.cwd())
+    a = prediction_sources.load(args.a, uri, Path.cwd(), args.eval_dir)
+    b = prediction_sources.load(args.b, uri, Path.cwd(), args.eval_dir)
     result = comparison.compare(a, b, args.resamples, args.seed)
     print(comparison.table(result))
     text = json.dumps(result, indent=2, ensure_ascii=False) + "\n"
@@ -67,7 +69,7 @@ def run(args: argparse.Namespace) -> dict:
         tracking.log_metrics(uri, b.run_id, comparison.tracked(result))
         artifact = f"compare/vs_{safe_key(a.run_id or a.ref)}.json"
         tracking.log_text(uri, b.run_id, text, artifact)
-        log.info("logged compare/* metrics and %s to MLflow run %s", artifact, b.run_id)
+        log.info("logged vs/* metrics and %s to MLflow run %s", artifact, b.run_id)
     except Exception as err:
         log.warning("not logged to MLflow run %s: %s", b.run_id, cli.one_line(str(err))[:300])
     return result

@@ -11,149 +11,25 @@ row by row, which predictions flipped from right to wrong and back. From the pai
   percentiles of the differences.
 
 A run's predictions are its evaluate stage's `predictions.parquet` with `report.json` beside it
-(task, split, label list), found by `load` from an MLflow run id, a `dvc exp` name (through the
-MLflow run tagged `dvc.exp_name`, else from that experiment's DVC cache), any git revision, or a
-local folder. Single-label only for now.
+(task, split, label list), found by wellfed.prediction_sources. Single-label only for now.
 """
 
 from __future__ import annotations
 
-import io
-import json
-import os
-import re
-import tempfile
-from dataclasses import dataclass, field
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
+
+from wellfed.prediction_sources import Scored
 
 RESAMPLES = 2000  # percentile-interval ends move by ~0.1 pt between seeds at 1,000 rows
 SEED = 0
 SHOWN_ROWS = 10  # row ids listed per flip direction: enough to open and read, not a dump
-RUN_ID = re.compile(r"[0-9a-f]{32}")  # MLflow's run ids: uuid4 hex
 # Rows drawn per bootstrap chunk: 4M int32 draws = 16 MB (plus their int64 cells, 32 MB),
 # whatever the row count. 2,000 resamples took 0.05 s for 872 rows and 11 s for 100k rows of 10
 # classes on a 2-core CPU shared with other jobs (load ~9).
 CELLS = 1 << 22
-
-
-@dataclass(frozen=True)
-class Scored:
-    """One run's predictions and where they came from."""
-
-    ref: str
-    """What the user named: a run id, an experiment name, a revision or a folder."""
-    source: str
-    """Where the predictions were read, in words."""
-    frame: pd.DataFrame
-    report: dict = field(default_factory=dict)
-    run_id: str | None = None
-    """The MLflow run, when the predictions came from one (comparisons are logged to it)."""
-
-
-def default_tracking_uri(given: str | None, cwd: str | Path) -> str:
-    """`given`, else $MLFLOW_TRACKING_URI, else an absolute sqlite:///<cwd>/mlflow.db."""
-    return (given or os.environ.get("MLFLOW_TRACKING_URI")
-            or f"sqlite:///{(Path(cwd) / 'mlflow.db').resolve()}")
-
-
-def load(ref: str, tracking_uri: str, repo: str | Path, eval_dir: str = "data/eval") -> Scored:
-    """The predictions `ref` names: a local folder (or .parquet file), else an MLflow run (by
-    id, or tagged `dvc.exp_name` = ref), else `eval_dir` at git revision or `dvc exp` name `ref`
-    in the DVC repo `repo`, read with dvc.api (DVC-cached outputs come from the cache, so
-    nothing in the workspace changes). One-line FileNotFoundError naming what was tried."""
-    path = Path(ref)
-    if path.is_dir() and (path / "predictions.parquet").is_file():
-        path = path / "predictions.parquet"
-    if path.suffix == ".parquet" and path.is_file():
-        report = path.parent / "report.json"
-        return Scored(ref, f"the file {path}", pd.read_parquet(path),
-                      json.loads(report.read_text()) if report.is_file() else {})
-    tried = []
-    found = from_mlflow(ref, tracking_uri, tried)
-    if found is not None:
-        return found
-    found = from_dvc(ref, repo, eval_dir, tried)
-    if found is not None:
-        return found
-    raise FileNotFoundError(
-        f"{ref!r}: {'; '.join(tried)}; pass an MLflow run id, a `dvc exp` name, a git revision "
-        f"or a folder holding predictions.parquet")
-
-
-def from_mlflow(ref: str, uri: str, tried: list[str]) -> Scored | None:
-    """The run with id `ref`, or the latest run tagged dvc.exp_name = `ref`, with its evaluate
-    artifacts; None (and a note in `tried`) when the store has no such run or cannot be read."""
-    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
-        tried.append(f"no MLflow store at {uri} (set --tracking-uri or $MLFLOW_TRACKING_URI)")
-        return None  # opening it would create an empty store in the user's folder
-    import mlflow
-
-    client = mlflow.MlflowClient(uri)
-    try:
-        if RUN_ID.fullmatch(ref):
-            try:
-                run, how = client.get_run(ref), f"MLflow run {ref}"
-            except mlflow.exceptions.MlflowException:
-                tried.append(f"no MLflow run with that id in {uri}")
-                return None
-        else:
-            if "'" in ref:  # MLflow filter strings have no escape for a quote
-                tried.append("not an MLflow run id")
-                return None
-            ids = [e.experiment_id for e in client.search_experiments()]
-            runs = client.search_runs(ids, f"tags.`dvc.exp_name` = '{ref}'",
-                                      order_by=["attributes.start_time DESC"]) if ids else []
-            if not runs:
-                tried.append(f"no MLflow run tagged dvc.exp_name={ref!r} in {uri}")
-                return None
-            run = runs[0]
-            how = (f"MLflow run {run.info.run_id} (tagged dvc.exp_name={ref!r}"
-                   f"{f', latest of {len(runs)}' if len(runs) > 1 else ''})")
-    except Exception as err:  # a server down or refusing: go on to dvc, say why
-        tried.append(f"MLflow store {uri} unreadable ({type(err).__name__}: "
-                     f"{str(err).splitlines()[0][:200] if str(err) else ''})")
-        return None
-    run_id = run.info.run_id
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            local = mlflow.artifacts.download_artifacts(
-                run_id=run_id, artifact_path="eval/predictions.parquet", dst_path=tmp,
-                tracking_uri=uri)
-            frame = pd.read_parquet(local)
-        except Exception:
-            raise FileNotFoundError(
-                f"{how} has no eval/predictions.parquet artifact; run the evaluate stage for it "
-                f"(dvc repro) or name its data/eval folder instead") from None
-        try:
-            report = json.loads(Path(mlflow.artifacts.download_artifacts(
-                run_id=run_id, artifact_path="eval/report.json", dst_path=tmp,
-                tracking_uri=uri)).read_text())
-        except Exception:
-            report = {}  # older runs: task and split are then taken from the predictions alone
-    return Scored(ref, f"{how} in {uri}", frame, report, run_id)
-
-
-def from_dvc(rev: str, repo: str | Path, eval_dir: str, tried: list[str]) -> Scored | None:
-    """`eval_dir`/predictions.parquet and report.json at git revision or `dvc exp` name `rev`."""
-    import dvc.api
-    from dvc.exceptions import DvcException
-
-    path = f"{eval_dir.rstrip('/')}/predictions.parquet"
-    try:
-        data = dvc.api.read(path, repo=str(repo), rev=rev, mode="rb")
-    except DvcException as err:
-        tried.append(f"dvc could not read {path} at revision {rev!r} ({str(err).splitlines()[0]})")
-        return None
-    try:
-        report = json.loads(dvc.api.read(f"{eval_dir.rstrip('/')}/report.json", repo=str(repo),
-                                         rev=rev))
-    except (DvcException, ValueError):
-        report = {}
-    return Scored(rev, f"{path} at dvc revision {rev!r}", pd.read_parquet(io.BytesIO(data)),
-                  report)
+VS = "vs/"
+"""The comparison's metric keys on run B: vs/accuracy_diff, ..."""
 
 
 def task_of(scored: Scored) -> str:
@@ -330,15 +206,16 @@ def table(result: dict) -> str:
 
 def tracked(result: dict) -> dict[str, float]:
     """The comparison as MLflow metrics on run B (the latest comparison wins; each one's JSON is
-    its own artifact)."""
+    its own artifact), under `vs/`: the name sorts after eval/, train/ and val/, so a compared
+    run's headline still comes first in the UI's alphabetical lists."""
     out = {}
     for metric in ("accuracy", "macro_f1"):
         m = result[metric]
-        out.update({f"compare/{metric}_diff": m["diff"], f"compare/{metric}_diff_ci_low":
-                    m["ci95"][0], f"compare/{metric}_diff_ci_high": m["ci95"][1]})
-    out.update({"compare/right_to_wrong": result["flips"]["right_to_wrong"],
-                "compare/wrong_to_right": result["flips"]["wrong_to_right"],
-                "compare/mcnemar_p": result["mcnemar_p"], "compare/rows": result["rows"]})
+        out.update({f"{VS}{metric}_diff": m["diff"], f"{VS}{metric}_diff_ci_low": m["ci95"][0],
+                    f"{VS}{metric}_diff_ci_high": m["ci95"][1]})
+    out.update({f"{VS}right_to_wrong": result["flips"]["right_to_wrong"],
+                f"{VS}wrong_to_right": result["flips"]["wrong_to_right"],
+                f"{VS}mcnemar_p": result["mcnemar_p"], f"{VS}rows": result["rows"]})
     return out
 
 

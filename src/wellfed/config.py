@@ -405,16 +405,27 @@ class MlflowConfig:
     registered_model: str = ""
     """Model Registry name the trained model is registered under, a new version per run;
     "" = `<experiment>-classifier` (wellfed-classifier). MLflow forbids '/' and ':' in it."""
+    champion_alias: str = "champion"
+    """The registry alias (`models:/<name>@champion`) that evaluate moves to a new version only
+    when its headline test figure (eval/macro_f1; regression eval/pearson) beats the alias
+    holder's on the same split (same rows, texts and labels); "" = no alias is set."""
 
     def model_name(self) -> str:
         """The registered model name: `registered_model`, else derived from the experiment."""
         return self.registered_model or re.sub(r"[/:]", "-", self.experiment) + "-classifier"
 
     def problems(self) -> list[str]:
+        out = []
         if re.search(r"[/:]", self.registered_model):
-            return [f"mlflow.registered_model cannot contain '/' or ':' (MLflow model names); "
-                    f"got {self.registered_model!r}: use '-' instead"]
-        return []
+            out.append(f"mlflow.registered_model cannot contain '/' or ':' (MLflow model "
+                       f"names); got {self.registered_model!r}: use '-' instead")
+        alias = self.champion_alias
+        # MLflow reserves `latest` and version-like names (v3), and takes [A-Za-z0-9_-] only.
+        if alias and (not re.fullmatch(r"[A-Za-z0-9_-]{1,255}", alias)
+                      or alias.lower() == "latest" or re.fullmatch(r"[vV]\d+", alias)):
+            out.append(f"mlflow.champion_alias must be letters, digits, '_' or '-', not 'latest' "
+                       f"nor a version like 'v3'; got {alias!r}: e.g. champion, or \"\" for none")
+        return out
 
 
 @dataclass(frozen=True)

@@ -160,33 +160,70 @@ def log_datasets(uri: str, run_id: str, tokens_dir: Path) -> int:
     return len(inputs)
 
 
-def log_params(uri: str, run_id: str, params: dict[str, Any], tags: dict[str, str]) -> None:
+def log_params(uri: str, run_id: str, params: dict[str, Any], tags: dict[str, Any]) -> None:
+    """`params`: the user's knobs (params.yaml), logged once (MLflow params never change), so
+    the compare page's "params that differ" are choices people made. `tags`: everything else,
+    derived values (`derived.*`: run key, engine, precision, ...) included, which a resume may
+    update."""
     import mlflow
-    from mlflow.entities import Param, RunTag
+    from mlflow.entities import Param
 
     client = mlflow.MlflowClient(uri)
     existing = client.get_run(run_id).data.params
     fresh = [Param(k, str(v)[:6000]) for k, v in scrub(params).items() if k not in existing]
     for i in range(0, len(fresh), 100):
         client.log_batch(run_id, params=fresh[i:i + 100])
-    client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in scrub(tags).items()])
+    set_tags(uri, run_id, tags)
 
 
-def send_metrics(uri: str, run_id: str, metrics: list) -> None:
-    """Log `Metric` entities in batches of 500 (MLflow's per-request limit is 1,000)."""
+def set_tags(uri: str, run_id: str, tags: dict[str, Any]) -> None:
+    """Run tags (credentials scrubbed), in one request."""
     import mlflow
+    from mlflow.entities import RunTag
+
+    mlflow.MlflowClient(uri).log_batch(run_id, tags=[RunTag(k, str(v))
+                                                     for k, v in scrub(tags).items()])
+
+
+def send_metrics(uri: str, run_id: str, metrics: list, tags: dict[str, str] | None = None) -> None:
+    """Log `Metric` entities in batches of 500 (MLflow's per-request limit is 1,000), and
+    `tags` with the first batch."""
+    import mlflow
+    from mlflow.entities import RunTag
 
     client = mlflow.MlflowClient(uri)
-    for i in range(0, len(metrics), 500):
-        client.log_batch(run_id, metrics=metrics[i:i + 500])
+    tagged = [RunTag(k, v) for k, v in (tags or {}).items()]
+    for i in range(0, max(len(metrics), 1 if tagged else 0), 500):
+        client.log_batch(run_id, metrics=metrics[i:i + 500], tags=tagged if i == 0 else [])
 
 
-def log_metrics(uri: str, run_id: str, metrics: dict[str, float]) -> None:
-    """Run-level figures (summaries, evaluation), logged at step 0."""
+def log_metrics(uri: str, run_id: str, metrics: dict[str, float], model_id: str | None = None,
+                dataset: tuple[str, str] | None = None) -> None:
+    """Run-level figures (summaries, evaluation), logged at step 0; with `model_id` (and a
+    logged `dataset` (name, digest) they were measured on) also the logged model's figures,
+    which its page lists by dataset."""
     from mlflow.entities import Metric
 
     now = int(time.time() * 1000)
-    send_metrics(uri, run_id, [Metric(k, float(v), now, 0) for k, v in metrics.items()])
+    name, digest = dataset or (None, None)
+    send_metrics(uri, run_id, [Metric(k, float(v), now, 0, model_id=model_id, dataset_name=name,
+                                      dataset_digest=digest) for k, v in metrics.items()])
+
+
+def dataset_digest(uri: str, run_id: str, name: str) -> tuple[str, str] | None:
+    """(name, digest) of the run's logged dataset input `name` (log_datasets), or None."""
+    import mlflow
+
+    for given in mlflow.MlflowClient(uri).get_run(run_id).inputs.dataset_inputs:
+        if given.dataset.name == name:
+            return name, given.dataset.digest
+    return None
+
+
+WORKERS = "workers/"
+"""The throughput family, per report interval: all workers' rows and tokens per second, padding
+efficiency, and each worker figure's mean over workers. Its name sorts after `eval/`, `train/`
+and `val/`, so the headline comes first in the UI's metric lists and charts (alphabetical)."""
 
 
 def spread(out: dict, name: str, values: list[float]) -> None:
@@ -196,35 +233,56 @@ def spread(out: dict, name: str, values: list[float]) -> None:
 
 
 def interval_metrics(reports: list[dict]) -> dict[str, float]:
-    """One report interval from all workers' reports: global throughput, every worker's figures
-    keyed by rank, and min/mean/max across workers."""
+    """One report interval from all workers' reports: global throughput and the mean over
+    workers of each worker's figures; with more than one worker also every worker's own figures
+    (`worker<rank>/...`) and their min and max, where a straggler shows. One worker's figures
+    are the means, so a single-worker run has no per-worker keys (its metric count stays small
+    and does not grow with anything)."""
     records = reports[0]["records"]
     seconds = max(r["interval_s"] for r in reports)
     rows = sum(r["rows"] for r in records)
     real = sum(r["real_tokens"] for r in records)
     padded = sum(r["padded_tokens"] for r in records)
-    out = {"perf/samples_per_s": rows / seconds, "perf/real_tokens_per_s": real / seconds,
-           "perf/padded_tokens_per_s": padded / seconds,
-           "perf/padding_efficiency": real / padded if padded else 1.0}
+    out = {f"{WORKERS}samples_per_s": rows / seconds, f"{WORKERS}real_tokens_per_s": real / seconds,
+           f"{WORKERS}padding_efficiency": real / padded if padded else 1.0}
     per_worker: dict[str, list[float]] = {}
     for rep in reports:
         secs = rep["interval_s"] or 1e-9
         figures = {"input_wait_share": rep["input_wait_s"] / secs,
                    "copy_share": rep["copy_s"] / secs, "compute_share": rep["compute_s"] / secs,
-                   "samples_per_s": rep["local_rows"] / secs,
-                   "real_tokens_per_s": rep["local_real_tokens"] / secs, "mfu": rep["mfu"],
-                   **rep.get("telemetry", {})}
+                   "mfu": rep["mfu"], **rep.get("telemetry", {})}
+        if len(reports) > 1:  # each worker's own figures: where a straggler shows
+            figures.update(samples_per_s=rep["local_rows"] / secs,
+                           real_tokens_per_s=rep["local_real_tokens"] / secs)
+            out.update({f"worker{rep['rank']}/{key}": value for key, value in figures.items()})
         for key, value in figures.items():
-            out[f"worker{rep['rank']}/{key}"] = value
             per_worker.setdefault(key, []).append(value)
     for key, values in per_worker.items():
-        if len(values) == len(reports):
-            spread(out, f"perf/{key}", values)
-    if "micro_batch_tokens" in reports[0]:  # halved after a CUDA out-of-memory error: visible
-        out["perf/micro_batch_tokens"] = reports[0]["micro_batch_tokens"]
-    # Rank 0's cumulative seconds per part of the loop (it also writes the checkpoints).
-    out.update({f"time/worker_{k}_s": v for k, v in reports[0].get("timing", {}).items()})
+        if len(values) < len(reports):  # a figure some workers lack (a node without a GPU)
+            continue
+        if len(reports) > 1:
+            spread(out, f"{WORKERS}{key}", values)
+        else:
+            out[f"{WORKERS}{key}_mean"] = values[0]
+    if reports[0].get("micro_batch_tokens"):  # a token budget, halved after a CUDA OOM: visible
+        out[f"{WORKERS}micro_batch_tokens"] = reports[0]["micro_batch_tokens"]
     return out
+
+
+def worker_time_tag(reports: list[dict]) -> dict[str, str]:
+    """Rank 0's seconds so far per part of the loop (setup, steps, validation, checkpoints,
+    reports; it also writes the checkpoints) as one run tag, overwritten at every report: the
+    stage's time breakdown reads the last one (telemetry/phases.py), so they need no metric
+    keys of their own."""
+    import json
+
+    timing = reports[0].get("timing")
+    if not timing:
+        return {}
+    return {WORKER_TIME: json.dumps({"at": time.time(), "seconds": timing})}
+
+
+WORKER_TIME = "wellfed.worker_time"
 
 
 def log_artifacts(uri: str, run_id: str, local_dir: str | Path, artifact_path: str) -> None:
@@ -250,8 +308,9 @@ def metric_histories(uri: str, run_id: str, prefixes: tuple[str, ...],
 # The run's throughput curve, one row per report interval: the driver's interval metrics (global
 # rows and tokens over the slowest worker's interval; input wait and MFU as means over workers).
 # MLflow logs them and data/train/history/perf.csv repeats them under the same names.
-PERF_CURVE = ("perf/samples_per_s", "perf/real_tokens_per_s", "perf/padding_efficiency",
-              "perf/input_wait_share_mean", "perf/mfu_mean")
+PERF_CURVE = tuple(f"{WORKERS}{k}" for k in ("samples_per_s", "real_tokens_per_s",
+                                              "padding_efficiency", "input_wait_share_mean",
+                                              "mfu_mean"))
 
 
 def metric_table(uri: str, run_id: str, keys: tuple[str, ...]) -> list[dict]:

@@ -61,17 +61,16 @@ def test_the_eval_report_is_keyed_by_safe_keys_with_the_label_beside(project):
     assert (dest / "plots_html" / "index.html").is_file()
 
 
-def test_mlflow_has_one_flat_key_per_class_and_figure_and_the_mapping(project):
+def test_mlflow_has_the_headline_keys_and_one_per_class_table_with_the_label_text(project):
     dest, _ = project
     client, runs = mlflow_runs(dest)
     assert len(runs) == 1
     logged = {k for k in runs[0].data.metrics if k.startswith("eval/")}
-    assert logged == {"eval/accuracy", "eval/macro_f1", "eval/ece"} | {
-        f"eval/{key}/{m}" for key in KEYS.values() for m in ("precision", "recall", "f1")}
-    assert len(logged) == 12
-    local = client.download_artifacts(runs[0].info.run_id, "eval/label_keys.json", str(dest))
-    mapping = json.loads(open(local, encoding="utf-8").read())
-    assert mapping == {key: label for label, key in sorted(KEYS.items())}
+    assert logged == {"eval/accuracy", "eval/macro_f1", "eval/ece"}  # per class: the table
+    local = client.download_artifacts(runs[0].info.run_id, "eval/per_class.json", str(dest))
+    table = json.loads(open(local, encoding="utf-8").read())
+    assert table["columns"][:2] == ["key", "label"] and len(table["data"]) == 3
+    assert {row[0]: row[1] for row in table["data"]} == {key: label for label, key in KEYS.items()}
 
 
 def test_the_readme_sweep_command_runs_as_written(project):

@@ -70,7 +70,8 @@ def test_mlflow_run_has_params_losses_validation_and_eval(project):
     assert len(runs) == 1
     run_ = runs[0]
     params = run_.data.params
-    assert params["train.lr"] == "0.002" and params["derived.world_size"] == "2"
+    assert params["train.lr"] == "0.002" and run_.data.tags["derived.world_size"] == "2"
+    assert not [k for k in params if k.startswith("derived.")]  # tags: not the user's knobs
     assert params["prepare.text_column"] == "sentence"  # every params.yaml value
     assert run_.data.tags["git.commit"] != "unknown"
     loss = [m.value for m in client.get_metric_history(run_.info.run_id, "train/loss")]
@@ -78,7 +79,7 @@ def test_mlflow_run_has_params_losses_validation_and_eval(project):
     assert steps == list(range(1, 115))  # one value per step, in order
     assert sum(loss[-10:]) / 10 < sum(loss[:10]) / 10 - 0.1  # it learned
     assert len(client.get_metric_history(run_.info.run_id, "val/accuracy")) == 6  # 5 evals + final
-    for key in ("eval/accuracy", "eval/macro_f1", "perf/samples_per_s", "perf/padding_efficiency",
+    for key in ("eval/accuracy", "eval/macro_f1", "workers/samples_per_s", "workers/padding_efficiency",
                 "worker0/input_wait_share", "worker1/input_wait_share"):
         assert key in run_.data.metrics, key
     artifacts = {a.path for a in client.list_artifacts(run_.info.run_id)}
@@ -93,7 +94,7 @@ def test_mlflow_shows_a_named_run_its_datasets_and_its_registered_model(project)
     dest, proc = project
     client, runs = mlflow_runs(dest)
     run_ = runs[0]
-    key, digest = run_.data.params["derived.run_name"], run_.data.tags["wellfed.run_hash"]
+    key, digest = run_.data.tags["derived.run_name"], run_.data.tags["wellfed.run_hash"]
     assert run_.data.tags["wellfed.run_key"] == key == "wf-" + digest[:12]  # the Ray folder
     model_dir = Path(run_.data.params["model.name"]).name  # tiny-bert0: a local model directory
     assert run_.info.run_name == f"{model_dir}-lr2e-3-b16-{digest[:4]}"
@@ -119,14 +120,14 @@ def test_telemetry_keys_have_sane_values_for_every_worker(project):
                for k in runs[0].data.metrics}
     for rank in (0, 1):
         waits = history[f"worker{rank}/input_wait_share"]
-        assert len(waits) == len(history["perf/samples_per_s"]) > 5  # one value per interval
+        assert len(waits) == len(history["workers/samples_per_s"]) > 5  # one value per interval
         assert all(0 <= w <= 1 for w in waits)
         assert all(m > 0 for m in history[f"worker{rank}/mfu"])
         assert all(u >= 0 for u in history[f"worker{rank}/cpu_util_pct"])
-    assert all(0 < p <= 1 for p in history["perf/padding_efficiency"])
-    params = runs[0].data.params
-    assert params["derived.precision"] == "fp32" and "CPU" in params["derived.precision_reason"]
-    assert params["derived.peak_source"].startswith("estimate:") and params["derived.telemetry"] == "cpu"
+    assert all(0 < p <= 1 for p in history["workers/padding_efficiency"])
+    tags = runs[0].data.tags
+    assert tags["derived.precision"] == "fp32" and "CPU" in tags["derived.precision_reason"]
+    assert tags["derived.peak_source"].startswith("estimate:") and tags["derived.telemetry"] == "cpu"
     assert any(k.startswith("system/") for k in runs[0].data.metrics)  # MLflow system metrics
     diagnosis = (dest / "data/train/diagnosis.md").read_text()
     assert "Bottleneck:" in diagnosis and "input-bound" not in diagnosis

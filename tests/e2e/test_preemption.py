@@ -147,7 +147,7 @@ def test_sigterm_in_process_saves_the_step_under_way_and_a_rerun_on_ray_resumes_
     assert logged_steps(project) == list(range(1, step + 1))
     _, runs = mlflow_runs(project)
     assert len(runs) == 1 and runs[0].info.status == "KILLED"
-    assert runs[0].data.params["derived.engine"] == "in_process"
+    assert runs[0].data.tags["derived.engine"] == "in_process"
     assert not (project / "data" / "model").exists()
 
     set_params(project, ray={"num_workers": 2})

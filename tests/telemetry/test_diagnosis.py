@@ -53,8 +53,9 @@ def test_a_normal_cpu_run_is_not_called_input_bound(tiny_model_dir):
 
 
 def test_rules_on_recorded_gpu_histories():
-    base = {"perf/input_wait_share_mean": [0.01, 0.02], "perf/padding_efficiency": [0.97, 0.98],
-            "perf/mfu_mean": [0.31, 0.33], "perf/samples_per_s": [900, 950],
+    base = {"workers/input_wait_share_mean": [0.01, 0.02],
+            "workers/padding_efficiency": [0.97, 0.98],
+            "workers/mfu_mean": [0.31, 0.33], "workers/samples_per_s": [900, 950],
             "worker0/input_wait_share": [0.01, 0.02], "worker1/input_wait_share": [0.01, 0.02],
             "worker0/gpu_mem_total_gb": [80, 80], "worker1/gpu_mem_total_gb": [80, 80]}
     cases = {"launch": {"worker0/gpu_util_pct": [35, 40], "worker1/gpu_util_pct": [38, 42],
@@ -69,8 +70,20 @@ def test_rules_on_recorded_gpu_histories():
         assert diagnose(figures)[0] == expected
         seen += 1
     assert seen == 3
-    padded = figures_from_history({**base, "perf/padding_efficiency": [0.6, 0.62]}, 0, 32)
+    padded = figures_from_history({**base, "workers/padding_efficiency": [0.6, 0.62]}, 0, 32)
     assert diagnose(padded)[0] == "padding"
     text, metrics = report(figures)
     assert "Bottleneck: compute-bound on GPU" in text and "| device utilisation | 98% |" in text
     assert metrics["input_bound"] == 0.0 and abs(metrics["mfu"] - 0.32) < 1e-9
+
+
+def test_one_worker_is_read_from_the_means():
+    """A single-worker run logs no worker0/* keys: its figures are the workers/*_mean curves."""
+    history = {"workers/input_wait_share_mean": [0.01], "workers/padding_efficiency": [0.97],
+               "workers/mfu_mean": [0.3], "workers/samples_per_s": [900],
+               "workers/gpu_util_pct_mean": [35, 45], "workers/gpu_mem_used_gb_mean": [70],
+               "workers/gpu_mem_total_gb_mean": [80]}
+    figures = figures_from_history(history, loader_workers=0, micro_batch_size=32)
+    assert figures.device_util_pct == 40 and figures.memory_used_share == 70 / 80
+    assert diagnose(figures)[0] == "launch" and figures.per_worker_wait == {}
+    assert "| input wait (share of step time) | 1.0% |" in report(figures)[0]

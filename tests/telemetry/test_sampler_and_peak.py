@@ -97,18 +97,32 @@ def test_nvml_failure_falls_back_to_cpu_once(monkeypatch, caplog):
     assert sum("GPU telemetry off" in r.message for r in caplog.records) == 1
 
 
-def test_interval_metrics_key_every_worker_and_aggregate():
+def interval_reports(ranks: tuple[int, ...]) -> list[dict]:
     records = [{"step": s, "rows": 32, "real_tokens": 300, "padded_tokens": 320} for s in (1, 2)]
-    reports = [{"rank": r, "records": records, "interval_s": 2.0, "input_wait_s": 0.1 * (r + 1),
-                "copy_s": 0.0, "compute_s": 1.8, "local_rows": 32, "local_real_tokens": 300,
-                "mfu": 0.2 + 0.1 * r, "telemetry": {"gpu_util_pct": 80.0 + 10 * r}}
-               for r in (1, 0)]
-    out = tracking.interval_metrics(sorted(reports, key=lambda m: m["rank"]))
-    assert out["perf/samples_per_s"] == 32.0 and out["perf/padding_efficiency"] == 600 / 640
+    return [{"rank": r, "records": records, "interval_s": 2.0, "input_wait_s": 0.1 * (r + 1),
+             "copy_s": 0.0, "compute_s": 1.8, "local_rows": 32, "local_real_tokens": 300,
+             "mfu": 0.2 + 0.1 * r, "telemetry": {"gpu_util_pct": 80.0 + 10 * r},
+             "timing": {"steps": 3.0}} for r in ranks]
+
+
+def test_interval_metrics_key_every_worker_and_aggregate():
+    out = tracking.interval_metrics(interval_reports((0, 1)))
+    assert out["workers/samples_per_s"] == 32.0 and out["workers/padding_efficiency"] == 600 / 640
     assert out["worker0/input_wait_share"] == 0.05 and out["worker1/input_wait_share"] == 0.1
     assert out["worker1/gpu_util_pct"] == 90.0
-    assert out["perf/gpu_util_pct_min"] == 80.0 and out["perf/gpu_util_pct_max"] == 90.0
-    assert abs(out["perf/mfu_mean"] - 0.25) < 1e-12
+    assert out["workers/gpu_util_pct_min"] == 80.0 and out["workers/gpu_util_pct_max"] == 90.0
+    assert abs(out["workers/mfu_mean"] - 0.25) < 1e-12
+
+
+def test_one_worker_logs_means_only_and_sorts_after_the_headline():
+    out = tracking.interval_metrics(interval_reports((0,)))
+    assert sorted(out) == ["workers/compute_share_mean", "workers/copy_share_mean",
+                           "workers/gpu_util_pct_mean", "workers/input_wait_share_mean",
+                           "workers/mfu_mean", "workers/padding_efficiency",
+                           "workers/real_tokens_per_s", "workers/samples_per_s"]
+    assert all(key > "val/" for key in out)  # the UI lists and charts keys alphabetically
+    assert set(tracking.PERF_CURVE) <= set(out)
+    assert "steps" in tracking.worker_time_tag(interval_reports((0,)))[tracking.WORKER_TIME]
 
 
 def test_measuring_the_peak_leaves_the_global_random_stream_alone():

@@ -260,7 +260,7 @@ def test_the_chosen_step_is_printed_and_logged_to_mlflow(job, tmp_path, capsys):
     at_40, at_96 = stored(40), stored(96)
     driver.announce(driver.Trained(at_40, at_96, best, job), uri, run_id)
     logged = mlflow.MlflowClient(uri).get_run(run_id).data.metrics
-    assert logged == {"best/step": 40, "best/val/macro_f1": 0.8123}
+    assert logged == {"best/val/macro_f1": 0.8123}  # its step: the stage's train/best_step
     assert capsys.readouterr().out == ("[wellfed] model: step 40 of 96, the best val/macro_f1 "
                                        "0.8123 (train.select: best)\n")
     last = with_train(job, select="last")

@@ -37,19 +37,25 @@ def mean(values: list[float]) -> float:
 
 def figures_from_history(history: dict[str, list[float]], loader_workers: int,
                          micro_batch_size: int) -> RunFigures:
-    """history: metric key -> values over the run's report intervals."""
+    """history: metric key -> values over the run's report intervals (tracking.interval_metrics:
+    `workers/*`, and `worker<rank>/*` when there was more than one worker)."""
     workers = sorted({int(k.split("/")[0].removeprefix("worker")) for k in history
-                      if k.startswith("worker")})
-    util = [mean(history[f"worker{w}/gpu_util_pct"]) for w in workers
-            if f"worker{w}/gpu_util_pct" in history]
-    used = [mean(history[f"worker{w}/gpu_mem_used_gb"]) / mean(history[f"worker{w}/gpu_mem_total_gb"])
-            for w in workers if {f"worker{w}/gpu_mem_used_gb", f"worker{w}/gpu_mem_total_gb"} <= set(history)]
+                      if k.split("/")[0].removeprefix("worker").isdigit()})
+
+    def each(key: str) -> list[list[float]]:
+        """Every worker's values of one figure; one worker's are the workers/*_mean curve."""
+        names = [f"worker{w}/{key}" for w in workers] if workers else [f"workers/{key}_mean"]
+        return [history[name] for name in names if name in history]
+
+    util = [mean(values) for values in each("gpu_util_pct")]
+    used, total = each("gpu_mem_used_gb"), each("gpu_mem_total_gb")
+    used = [mean(u) / mean(t) for u, t in zip(used, total)] if len(used) == len(total) else []
     return RunFigures(
-        input_wait_share=mean(history.get("perf/input_wait_share_mean", [])),
-        padding_efficiency=mean(history.get("perf/padding_efficiency", [])) or 1.0,
-        mfu=mean(history.get("perf/mfu_mean", [])),
-        samples_per_s=mean(history.get("perf/samples_per_s", [])),
-        real_tokens_per_s=mean(history.get("perf/real_tokens_per_s", [])),
+        input_wait_share=mean(history.get("workers/input_wait_share_mean", [])),
+        padding_efficiency=mean(history.get("workers/padding_efficiency", [])) or 1.0,
+        mfu=mean(history.get("workers/mfu_mean", [])),
+        samples_per_s=mean(history.get("workers/samples_per_s", [])),
+        real_tokens_per_s=mean(history.get("workers/real_tokens_per_s", [])),
         loader_workers=loader_workers, micro_batch_size=micro_batch_size,
         device_util_pct=mean(util) if util else None,
         memory_used_share=max(used) if used else None,
@@ -86,9 +92,10 @@ def report(f: RunFigures) -> tuple[str, dict[str, float]]:
     headroom = ("n/a (no GPU)" if f.memory_used_share is None
                 else f"{1 - f.memory_used_share:.0%}")
     waits = ", ".join(f"worker{w} {v:.1%}" for w, v in f.per_worker_wait.items())
+    waits = f" ({waits})" if waits else ""
     text = (f"# wellfed diagnosis\n\n**Bottleneck: {finding}.** Knob: {knob}.\n\n"
             "| figure | value |\n|---|---|\n"
-            f"| input wait (share of step time) | {f.input_wait_share:.1%} ({waits}) |\n"
+            f"| input wait (share of step time) | {f.input_wait_share:.1%}{waits} |\n"
             f"| padding waste | {1 - f.padding_efficiency:.1%} |\n"
             f"| MFU (useful tokens) | {f.mfu:.1%} |\n"
             f"| device utilisation | {util} |\n| memory headroom | {headroom} |\n"

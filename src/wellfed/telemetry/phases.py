@@ -2,7 +2,7 @@
 
 The train stage's time on a small job is mostly not training (issue: 56 s for 2,048 rows of
 which ~21 s were steps). `Phases` sums the wall time of each named part; the loop keeps its own
-(model load, steps, validation, checkpoints, reports) in the training state, so the driver can
+(model load, steps, validation, checkpoints, reports) and sends them with every report, so the driver can
 show them next to its own (Ray start and stop, export, MLflow) in one breakdown.
 """
 
@@ -57,12 +57,18 @@ def split_train(seconds: dict[str, float], worker: dict[str, float]) -> dict[str
 
 def stage_breakdown(clock: Phases, started: float, uri: str, run_id: str) -> str:
     """The train stage's wall time since `started` (time.time()) in parts, "train" split by the
-    worker's own time/worker_*_s; logged to the run as time/stage_s and time/fixed_s too."""
+    worker's own seconds (the run tag tracking.WORKER_TIME, rank 0's at its last report);
+    logged to the run as time/stage_s and time/fixed_s too."""
+    import json
+
+    import mlflow
+
     from wellfed import tracking
 
-    # This attempt's reports only: a resumed run also holds the interrupted attempt's.
-    worker = {k.removeprefix("time/worker_").removesuffix("_s"): values[-1] for k, values in
-              tracking.metric_histories(uri, run_id, ("time/worker_",), started).items() if values}
+    tag = mlflow.MlflowClient(uri).get_run(run_id).data.tags.get(tracking.WORKER_TIME)
+    record = json.loads(tag) if tag else {}
+    # This attempt's reports only: a resumed run's tag may be the interrupted attempt's.
+    worker = record.get("seconds", {}) if record.get("at", 0) >= started else {}
     total = time.time() - started
     tracking.log_metrics(uri, run_id, {"time/stage_s": total,
                                        "time/fixed_s": total - worker.get("steps", 0.0)})

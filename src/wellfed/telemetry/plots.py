@@ -9,8 +9,8 @@ import pandas as pd
 SERIES = [("loss", "train loss", "steps.csv"), ("val_accuracy", "validation accuracy", "validation.csv"),
           ("val_macro_f1", "validation macro-F1", "validation.csv"),
           ("val_pearson", "validation Pearson r", "validation.csv"),
-          ("perf/real_tokens_per_s", "real tokens/s", "perf.csv"),
-          ("perf/input_wait_share_mean", "input wait (share of step time, mean over workers)",
+          ("workers/real_tokens_per_s", "real tokens/s", "perf.csv"),
+          ("workers/input_wait_share_mean", "input wait (share of step time, mean over workers)",
            "perf.csv")]
 
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import ray.train
 from mlflow.entities import Metric
 
-from wellfed.tracking import interval_metrics, log_params, send_metrics
+from wellfed.tracking import (WORKERS, interval_metrics, send_metrics, set_tags,
+                              worker_time_tag)
 
 
 QUICK_RETRIES = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}
@@ -84,13 +85,14 @@ class MlflowCallback(ray.train.UserCallback):
         except Exception:  # tracking server down: trust this report's steps
             return reports[0]["records"][0]["step"] - 1
 
-    def _send(self, batch: list[Metric]) -> None:
-        """Log `batch` (and anything held back); if MLflow is unreachable, warn once, keep the
-        metrics in memory and in a backlog file, and retry at the next report."""
+    def _send(self, batch: list[Metric], tags: dict[str, str]) -> None:
+        """Log `batch` (and anything held back) and `tags`; if MLflow is unreachable, warn once,
+        keep the metrics in memory and in a backlog file, and retry at the next report (the
+        tags are replaced by the next report's)."""
 
         self.unsent += batch
         try:
-            send_metrics(self.uri, self.run_id, self.unsent)
+            send_metrics(self.uri, self.run_id, self.unsent, tags)
         except Exception as err:
             if self.down_since is None:
                 self.down_since = time.time()
@@ -133,28 +135,31 @@ class MlflowCallback(ray.train.UserCallback):
         scalars = interval_metrics(reports)
         scalars.update(reports[0].get("val", {}))
         batch += [Metric(k, float(v), now, step) for k, v in scalars.items()]
-        self._send(batch)
+        self._send(batch, worker_time_tag(reports))
         self.last_step = step
         self._progress(reports[0], records[-1], scalars)
 
     def _log_worker_choices(self, reports: list[dict]) -> None:
-        """What the workers decided on their device: precision (and why), padding, device names."""
+        """What the workers decided on their device: precision (and why), padding, device names,
+        and every key of a report's `derived` dict, as `derived.*` tags (not params: no one set
+        them, so they stay out of the compare page's "params that differ")."""
         rank0 = reports[0]
-        params = {"derived.precision": rank0["precision"],
-                  "derived.precision_reason": rank0["precision_reason"],
-                  "derived.pad_multiple": rank0["pad_multiple"],
-                  "derived.devices": ",".join(sorted({r["device"] for r in reports})),
-                  "derived.peak_flops": f"{rank0['peak_flops']:.4g}",
-                  "derived.peak_source": rank0["peak_source"],
-                  "derived.telemetry": rank0["sampler"],
-                  "derived.worker_nodes": len({r.get("node") for r in reports}),
-                  # The token budget at the first report (perf/micro_batch_tokens follows it).
-                  "derived.micro_batch_tokens": rank0.get("micro_batch_tokens", 0),
-                  "derived.micro_batch_tokens_source": rank0.get("micro_batch_tokens_source", ""),
-                  "derived.compiled": rank0.get("compiled", False)}
-        log_params(self.uri, self.run_id, params, {})
+        tags = {"derived.precision": rank0["precision"],
+                "derived.precision_reason": rank0["precision_reason"],
+                "derived.pad_multiple": rank0["pad_multiple"],
+                "derived.devices": ",".join(sorted({r["device"] for r in reports})),
+                "derived.peak_flops": f"{rank0['peak_flops']:.4g}",
+                "derived.peak_source": rank0["peak_source"],
+                "derived.telemetry": rank0["sampler"],
+                "derived.worker_nodes": len({r.get("node") for r in reports}),
+                # The token budget at the first report (workers/micro_batch_tokens follows it).
+                "derived.micro_batch_tokens": rank0.get("micro_batch_tokens", 0),
+                "derived.micro_batch_tokens_source": rank0.get("micro_batch_tokens_source", ""),
+                "derived.compiled": rank0.get("compiled", False),
+                **{f"derived.{k}": v for k, v in rank0.get("derived", {}).items()}}
+        set_tags(self.uri, self.run_id, tags)
         print(f"[wellfed] precision={rank0['precision']} ({rank0['precision_reason']}), "
-              f"pad_multiple={rank0['pad_multiple']}, devices={params['derived.devices']}, "
+              f"pad_multiple={rank0['pad_multiple']}, devices={tags['derived.devices']}, "
               f"peak {rank0['peak_flops'] / 1e12:.3g} TFLOP/s ({rank0['peak_source']})", flush=True)
         if rank0["sampler"] != "gpu":
             print("[wellfed] no GPU telemetry on this run (no CUDA device / NVML): recording "
@@ -171,6 +176,7 @@ class MlflowCallback(ray.train.UserCallback):
         shown = [(k, name) for k, name in VAL_SHOWN if k in scalars][:1]
         val = "".join(f" | val {name} {scalars[k]:.4f}" for k, name in shown)
         print(f"[wellfed] step {rec['step']}/{total} | epoch {rec['epoch']} | loss {rec['loss']:.4f}"
-              f" | {scalars['perf/samples_per_s']:.1f} samples/s"
-              f" | {scalars['perf/real_tokens_per_s']:.0f} tok/s{val} | ETA {eta:.0f}s", flush=True)
+              f" | {scalars[WORKERS + 'samples_per_s']:.1f} samples/s"
+              f" | {scalars[WORKERS + 'real_tokens_per_s']:.0f} tok/s{val} | ETA {eta:.0f}s",
+              flush=True)
 

@@ -145,8 +145,8 @@ def open_run(run: runs.Run, uri: str, experiment: str, params: dict, tags: dict,
     storage.mkdir(parents=True, exist_ok=True)
     backlog = storage.resolve() / f".{run.name}.mlflow-backlog.jsonl"  # on the driver's node
     flush_backlog(uri, run_id, backlog)  # left by an interrupted run: log it before resuming
-    tracking.log_params(uri, run_id, {**params, **derived},
-                        {**tags, **tracking.library_versions(), "data.tokens_sha256": run.data_hash})
+    tracking.log_params(uri, run_id, params, {**tags, **derived, **tracking.library_versions(),
+                                              "data.tokens_sha256": run.data_hash})
     return run_id, backlog
 
 
@@ -159,14 +159,16 @@ def planned_steps(job) -> int:
 
 def world_size_change(uri: str, run_id: str, derived: dict) -> str:
     """On a resume: say so when the worker count differs from the one the run last had, and keep
-    every count the run has had in the tag `derived.world_sizes` (MLflow params cannot change,
-    so `derived.world_size` keeps the first)."""
+    every count the run has had in the tag `derived.world_sizes` (the tag `derived.world_size`
+    becomes the latest)."""
     import mlflow
 
     client = mlflow.MlflowClient(uri)
     run = client.get_run(run_id).data
     world = derived["derived.world_size"]
-    sizes = run.tags.get("derived.world_sizes") or run.params.get("derived.world_size", "")
+    # A run made before derived values were tags has its first count as a param.
+    sizes = (run.tags.get("derived.world_sizes") or run.tags.get("derived.world_size")
+             or run.params.get("derived.world_size", ""))
     before = sizes.split(",")[-1] if sizes else ""
     if not before or before == str(world):
         return ""
@@ -226,8 +228,10 @@ def run_in_process(job: TrainJob, ray_cfg: RayConfig, use_gpu: bool, run: runs.R
     callback = MlflowCallback(uri, run_id, str(backlog))
     stop = threading.Event()
     mlflow.set_tracking_uri(uri)
-    mlflow.system_metrics.set_system_metrics_node_id(f"driver-{os.uname().nodename}")
-    with mlflow.start_run(run_id=run_id, log_system_metrics=True), retries_restored():
+    # No MLflow system metrics here: this process is the worker, whose own sampler already logs
+    # its CPU or GPU (workers/*); they would add 8+ keys, and the UI's compare page plots the
+    # first key a run logged, which would be system/.../cpu_utilization_percentage.
+    with mlflow.start_run(run_id=run_id, log_system_metrics=False), retries_restored():
         try:
             store = local.Store(run.storage_uri, run.name, checkpoint_config(job.train.select))
             return preemption.run_stoppable(
@@ -287,16 +291,15 @@ def choose(result, job) -> Trained:
 
 
 def announce(trained: Trained, uri: str, run_id: str) -> None:
-    """Say which step became the model and log the best validation to MLflow: `best/step` and
-    `best/<metric>` (e.g. best/val/macro_f1)."""
+    """Say which step became the model and log the best validation to MLflow as
+    `best/<metric>` (e.g. best/val/macro_f1; its step is the stage's `train/best_step`)."""
     best, step = trained.best, stored_state(trained.chosen)["step"]
     total = stored_state(trained.last)["step"]
     if best["value"] is None:
         print(f"[wellfed] model: step {step} of {total}, the last (no validation gave a finite "
               f"{best['metric']})", flush=True)
         return
-    tracking.log_metrics(uri, run_id, {"best/step": best["step"],
-                                       f"best/{best['metric']}": best["value"]})
+    tracking.log_metrics(uri, run_id, {f"best/{best['metric']}": best["value"]})
     found = f"{best['metric']} {best['value']:.4f}"
     print(f"[wellfed] model: step {step} of {total}, " +
           (f"the best {found} (train.select: {trained.job.train.select})" if step == best["step"]
@@ -323,9 +326,10 @@ def finish(result, run: runs.Run, uri: str, run_id: str, backlog: Path, keep: st
         print(f"[wellfed] removed {removed} superseded or orphaned checkpoint dir(s)", flush=True)
 
 
-def derived_params(job: TrainJob, run: runs.Run, ray_cfg: RayConfig, use_gpu: bool,
+def derived_tags(job: TrainJob, run: runs.Run, ray_cfg: RayConfig, use_gpu: bool,
                    engine: str) -> dict:
-    """What the driver decided, logged with the params as `derived.*`."""
+    """What the driver decided, logged as `derived.*` run tags (no one set them: they are not
+    params); the console says each choice as it is made."""
     return {"derived.world_size": ray_cfg.num_workers, "derived.use_gpu": use_gpu,
             "derived.accumulation_steps": job.train.accumulation_steps(ray_cfg.num_workers),
             "derived.model_source": job.model_source, "derived.run_name": run.name,
@@ -352,7 +356,7 @@ def fit_in_process(job: TrainJob, run: runs.Run, ray_cfg: RayConfig, uri: str, e
              ray_cfg.cpus_per_worker)
     with clock("mlflow run start"):  # MLflow's and Ray's imports, its store, params
         run_id, backlog = open_run(run, uri, experiment, params, tags,
-                                   derived_params(job, run, ray_cfg, use_gpu, "in_process"),
+                                   derived_tags(job, run, ray_cfg, use_gpu, "in_process"),
                                    storage)
     try:
         with clock("train"):
@@ -382,7 +386,7 @@ def fit_on_ray(job: TrainJob, run: runs.Run, ray_cfg: RayConfig, tokens_dir: Pat
                   f"{loop_config['tokens_uri']}", flush=True)
         with clock("mlflow run start"):
             run_id, backlog = open_run(run, uri, experiment, params, tags,
-                                       derived_params(job, run, ray_cfg, use_gpu, "ray_train"),
+                                       derived_tags(job, run, ray_cfg, use_gpu, "ray_train"),
                                        storage)
         try:
             with clock("train"):
@@ -515,7 +519,7 @@ def write_reports(history: list[dict], uri: str, run_id: str, out: Path, data_cf
         plots.plot_history(out / "history", tmp)
     tracking.log_artifacts(uri, run_id, out / "plots", "plots")
     figures = diagnosis.figures_from_history(
-        tracking.metric_histories(uri, run_id, ("perf/", "worker")),
+        tracking.metric_histories(uri, run_id, ("workers/", "worker")),
         data_cfg.loader_workers, train_cfg.micro_batch_size)
     text, diag = diagnosis.report(figures)
     with atomic_path(out / "diagnosis.md") as tmp:

@@ -1,0 +1,79 @@
+"""The evaluate stage's part of the MLflow run: the headline test figures (linked to the logged
+model and the split's dataset), one per-class table, the champion decision, the run note.
+
+Per-class figures are one table artifact, not metric keys: a run's metric count stays the same
+whatever the number of classes (Banking77's 77 intents made 231 keys of 3 per class), and a
+table is where a person reads them anyway. `data/eval/report.json` has them as well.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from wellfed import registry, run_note, tracking, ui_links
+
+
+def table_file(task: str) -> str:
+    """The per-class (regression: per-target) table's artifact path in the run."""
+    return "eval/per_target.json" if task == "regression" else "eval/per_class.json"
+
+
+def per_class_frame(report: dict):
+    """One row per class (or target): its safe key, its label text and its figures."""
+    import pandas as pd
+
+    rows = report.get("per_class") or report.get("per_target") or {}
+    return pd.DataFrame([{"key": key, **scores} for key, scores in rows.items()])
+
+
+def log_table(uri: str, run_id: str, frame, artifact_file: str) -> None:
+    """The table as MLflow's table artifact (the UI shows it as a table). `log_table` appends
+    to a table the run already has, and evaluate may run again on the same run (its code
+    changed, training did not): then the same JSON replaces the file instead."""
+    import mlflow
+
+    client = mlflow.MlflowClient(uri)
+    folder = artifact_file.rsplit("/", 1)[0]
+    if any(f.path == artifact_file for f in client.list_artifacts(run_id, folder)):
+        client.log_text(run_id, frame.to_json(orient="split", index=False), artifact_file)
+    else:
+        client.log_table(run_id, frame, artifact_file)
+
+
+def split_fingerprint(meta: dict, tokens_dir: Path, split: str) -> str:
+    """The tokenize stage's fingerprint of the split (its rows, texts and labels); token files
+    made before it existed: the token file's sha256, which no other tokenizer matches (such a
+    version is then ranked only against versions of the same token file)."""
+    known = meta.get("split_fingerprints", {}).get(split)
+    if known:
+        return known
+    h = hashlib.sha256()
+    with open(tokens_dir / f"{split}.arrow", "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def record(run: dict, report: dict, figures: dict[str, float], task: str, labels: list[str],
+           split: str, fingerprint: str, alias: str):
+    """Log the evaluation into the train stage's run (`run`: data/train/run.json) and rank its
+    registered version; return (the registry.Verdict or None, the run page's address)."""
+    import mlflow
+
+    uri, run_id = run["tracking_uri"], run["mlflow_run_id"]
+    tracking.log_metrics(uri, run_id, figures, model_id=run.get("model_id"),
+                         dataset=tracking.dataset_digest(uri, run_id, f"tokens/{split}"))
+    frame = per_class_frame(report)
+    if len(frame):
+        log_table(uri, run_id, frame, table_file(task))
+    verdict = None
+    if alias and run.get("model_version"):
+        metric = registry.headline(task)
+        verdict = registry.promote(uri, run["registered_model"], run["model_version"], alias,
+                                   metric, figures[metric], fingerprint, split)
+    run_note.write(uri, run_id, task, labels, model=run, verdict=verdict,
+                   evaluation={"split": split, "rows": report["rows"], "figures": figures,
+                               "table": table_file(task)})
+    experiment = mlflow.MlflowClient(uri).get_run(run_id).info.experiment_id
+    return verdict, ui_links.run(uri, experiment, run_id)

@@ -1,0 +1,50 @@
+"""Addresses of MLflow UI pages that open in its training view, for what wellfed prints.
+
+MLflow 3's UI has two views: GenAI (traces, evaluations) and Model training (runs, metrics,
+models). Its sidebar switch follows the page address's `workflowType=machine_learning`, else the
+browser's last choice, else GenAI, whatever the experiment's own kind tag says; so every link
+carries it, inside the `#/...` route, where the UI's router reads its query. A sqlite store has
+no server: its links point at `make ui` (http://127.0.0.1:5000); an http(s) tracking URI is the
+UI itself.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+LOCAL_UI = "http://127.0.0.1:5000"
+"""Where `make ui` serves the project's store."""
+VIEW = "workflowType=machine_learning"
+
+
+def base(tracking_uri: str) -> str:
+    """The UI's address for this store: the server itself, or `make ui`'s."""
+    if tracking_uri.startswith(("http://", "https://")):
+        return tracking_uri.rstrip("/")
+    return LOCAL_UI
+
+
+def experiment(tracking_uri: str, experiment_id: str) -> str:
+    """The experiment's runs table."""
+    return f"{base(tracking_uri)}/#/experiments/{experiment_id}?{VIEW}"
+
+
+def run(tracking_uri: str, experiment_id: str, run_id: str) -> str:
+    """A run's page: its description (the run note) first, then params, metrics, artifacts."""
+    return f"{base(tracking_uri)}/#/experiments/{experiment_id}/runs/{run_id}?{VIEW}"
+
+
+def model_version(tracking_uri: str, name: str, version: str | int) -> str:
+    """A registered version's page: its aliases, tags (why it is or is not the champion)."""
+    return f"{base(tracking_uri)}/{model_version_route(name, version)}"
+
+
+def model_version_route(name: str, version: str | int) -> str:
+    """The version page's route alone (`#/models/...`): a link inside the UI, such as the run
+    note's, then works whatever host and port the UI is served on."""
+    return f"#/models/{quote(name, safe='')}/versions/{version}?{VIEW}"
+
+
+def logged_model(tracking_uri: str, experiment_id: str, model_id: str) -> str:
+    """A logged model's page: its run, metrics by dataset and registered versions."""
+    return f"{base(tracking_uri)}/#/experiments/{experiment_id}/models/{model_id}?{VIEW}"
