@@ -122,7 +122,7 @@ def test_the_planned_step_trains_validates_and_resumes_through_the_loop(job, tmp
     assert state["step"] == 24
     out = capsys.readouterr().out
     assert "[wellfed] step: planned_eager (cuda_graphs true on a CPU" in out and "4 shapes" in out
-    assert first.reports[0]["step_path"] == "planned_eager"
+    assert first.reports[0]["derived"]["step_path"] == "planned_eager"
     assert first.reports[0]["eager_micro_batches"] > 0 and first.reports[0]["graph_replays"] == 0
     second = Collect(tmp_path / "b")
     (tmp_path / "b").mkdir()

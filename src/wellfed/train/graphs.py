@@ -270,12 +270,14 @@ def reset(g: Graphs) -> None:
 
 
 def facts(g: Graphs | None, why: str) -> dict:
-    """What ran, for every report: the path, why, and the graphs' counts and capture time."""
+    """What ran, for every report: the path and why (`derived`: MLflow tags), and the graphs'
+    counts and capture time so far (the tracking side logs them as workers/* metrics)."""
     if g is None:
-        return {"step_path": "dynamic", "step_path_reason": why}
+        return {"derived": {"step_path": "dynamic", "step_path_reason": why}}
     path = "cuda_graphs" if g.capture else "planned_eager"
     if g.failed:
         why = f"capture failed ({g.failed})"
-    return {"step_path": path, "step_path_reason": why, "graphs_captured": len(g.micro)
-            + (g.update is not None), "graph_capture_s": round(g.capture_s, 3),
-            "graph_replays": g.replays, "eager_micro_batches": g.eager}
+    return {"derived": {"step_path": path, "step_path_reason": why},
+            "graphs_captured": len(g.micro) + (g.update is not None),
+            "graph_capture_s": round(g.capture_s, 3), "graph_replays": g.replays,
+            "eager_micro_batches": g.eager}

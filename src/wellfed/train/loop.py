@@ -152,7 +152,8 @@ def train(job: TrainJob, place: Place, report: Report, *, resume: Path | None = 
     if place.rank == 0 and cfg.micro_batch_tokens == "auto":
         print(f"[wellfed] micro_batch_tokens={s.spec.micro_tokens} ({s.budget_note})", flush=True)
     if place.rank == 0 and (s.graphs is not None or device.type == "cuda"):
-        print(f"[wellfed] step: {run_facts(s)['step_path']} ({s.path_note})", flush=True)
+        print(f"[wellfed] step: {run_facts(s)['derived']['step_path']} ({s.path_note})",
+              flush=True)
     state = {"epoch": 0, "index": 0, "step": 0, "history": [],
              "best": selection.fresh(selection.resolve(cfg.select_metric, job.task))}
     if resume:  # a checkpoint from before best tracking has no record: start one
