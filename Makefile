@@ -1,6 +1,6 @@
 # wellfed: `make run` sets up and runs the pipeline; `make test` sets up and runs the tests.
 VENV  ?= .venv
-# torch goes in first, as its own step, so the build is yours to choose (README, "Install"):
+# torch goes in first, as its own step, so the build is yours to choose (docs/getting-started.md, "Install"):
 # TORCH is a pip requirement, TORCH_INDEX an index to take it from instead of PyPI, e.g. the
 # CPU-only builds: make TORCH_INDEX=https://download.pytorch.org/whl/cpu run
 TORCH ?= torch==2.13.0
@@ -37,7 +37,7 @@ test-fast: install      ## the fast tier: unit tests only (the same as a plain `
 	python -m pytest tests
 
 ui: install             ## MLflow UI over the project's store, on loopback only
-	@# workflowType in the #/ route: MLflow 3's UI opens its GenAI view without it (README, "In the UI")
+	@# workflowType in the #/ route: MLflow 3's UI opens its GenAI view without it (docs/mlflow.md, "In the UI")
 	@echo "open http://127.0.0.1:5000/#/experiments?workflowType=machine_learning (the Model training view)"
 	@echo "models: http://127.0.0.1:5000/#/models?workflowType=machine_learning (@champion: the best on the test split)"
 	mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1 --port 5000

@@ -74,7 +74,7 @@ def connect(ray_cfg: RayConfig) -> None:
            "worker_process_setup_hook": "wellfed.cluster.quiet_ray_logs"}
     if address:
         # Workers on other nodes get this package through the runtime environment; its
-        # dependencies must be installed there (see README, "Scale out").
+        # dependencies must be installed there (docs/scale-out.md).
         import wellfed
 
         env["py_modules"] = [str(Path(wellfed.__file__).parent)]

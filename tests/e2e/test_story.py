@@ -1,6 +1,6 @@
 """MLflow tells the story, through `dvc repro` and `dvc exp run` as a user runs them (tiny
 random-init BERT, one worker in-process, real DVC and MLflow): three runs, one long and two
-short, rank their registered versions for `@champion`; then every README block marked as
+short, rank their registered versions for `@champion`; then every docs block marked as
 tested (DVC metrics, wellfed-compare, DVC plots, serving and loading the champion) runs as
 written, on this project."""
 
@@ -24,7 +24,9 @@ ROWS = {"train.tsv": 400, "dev.tsv": 100, "test.tsv": 100}
 PARAMS = {"train": {"epochs": 6, "lr": 3e-3, "global_batch_size": 16, "micro_batch_size": 16,
                     "eval_every": 20, "report_every": 5, "checkpoint_every": 0, "max_steps": 3},
           "ray": {"num_workers": 1, "cpus_per_worker": 1}}
-MARKER = "<!-- README commands: tests/e2e/test_story.py runs every block marked like this one -->"
+MARKER = "<!-- runnable: tests/e2e/test_story.py runs every block marked like this one -->"
+MARKED_PAGES = ("README.md", "docs/compare.md", "docs/model.md")
+"""The pages that hold marked blocks, in the order the test runs them."""
 
 
 @pytest.fixture(scope="module")
@@ -98,10 +100,17 @@ def test_the_run_note_leads_with_the_headline_and_links_stay_in_the_training_vie
     assert long_run.data.tags["derived.engine"] == "in_process"
 
 
-def readme_blocks() -> list[tuple[str, str]]:
-    """(language, text) of every README code block marked as run by this test."""
-    text = (PROJECT / "README.md").read_text(encoding="utf-8")
-    return re.findall(re.escape(MARKER) + r"\n```(\w+)\n(.*?)\n```", text, re.S)
+def marked_blocks() -> list[tuple[str, str]]:
+    """(language, text) of every code block of the README and the docs marked as run by this
+    test; a marked block on a page this test does not read fails it."""
+    blocks = {}
+    for page in [PROJECT / "README.md", *sorted((PROJECT / "docs").rglob("*.md"))]:
+        text = page.read_text(encoding="utf-8")
+        found = re.findall(re.escape(MARKER) + r"\n```(\w+)\n(.*?)\n```", text, re.S)
+        if found:
+            blocks[str(page.relative_to(PROJECT))] = found
+    assert set(blocks) <= set(MARKED_PAGES), f"marked blocks outside {MARKED_PAGES}: {blocks}"
+    return [block for page in MARKED_PAGES for block in blocks.get(page, [])]
 
 
 def free_port() -> int:
@@ -111,7 +120,7 @@ def free_port() -> int:
 
 
 def as_script(block: str, names: dict[str, str]) -> str:
-    """A README bash block as a script: placeholders filled, and `mlflow models serve` (which
+    """A marked bash block as a script: placeholders filled, and `mlflow models serve` (which
     runs until stopped) started in its own process group on a free port, waited for and stopped
     at the end."""
     for placeholder, value in names.items():
@@ -130,13 +139,13 @@ def as_script(block: str, names: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def test_every_marked_readme_command_runs_as_written(story):
+def test_every_marked_docs_command_runs_as_written(story):
     dest, _ = story
     client, runs = mlflow_runs(dest)
     experiments = [r.data.tags["dvc.exp_name"] for r in runs[1:]]
     names = {"<exp-a>": experiments[0], "<exp-b>": experiments[1],
              "<run-id-a>": runs[0].info.run_id, "<run-id-b>": runs[2].info.run_id}
-    blocks = readme_blocks()
+    blocks = marked_blocks()
     assert [lang for lang, _ in blocks] == ["bash", "bash", "bash", "bash", "python"], blocks
     outputs = []
     for lang, block in blocks:

@@ -475,7 +475,7 @@ def summarize(history: list[dict], seconds: float, figures, best: dict | None = 
     validation (`val/*`, whose latest MLflow value is the same number), the step of the best
     one (`train/best_step`, from the `best` record), the stage's training wall time and rows,
     and the run's means over report intervals from the diagnosis `figures` (a `RunFigures`).
-    Aggregations: README, "The pipeline"."""
+    Aggregations: docs/compare.md, "Headline metrics"."""
     evals = [h for h in history if "val/loss" in h]
     out = {k: v for k, v in evals[-1].items() if k.startswith("val/")} if evals else {}
     if best and best.get("step"):

@@ -1,0 +1,70 @@
+"""The docs site: it builds strictly, its params reference is generated from the config
+dataclasses (so a field without a docstring fails here), every page is in the navigation, and
+the README stays a short front door whose links all land."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from wellfed.config import SECTIONS
+
+PROJECT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(PROJECT / "docs" / "hooks"))
+import params as params_hook  # noqa: E402  (docs/hooks/params.py)
+
+
+def test_every_config_field_has_a_docstring():
+    assert len(SECTIONS) == 8
+    missing = [f"{name}.{field.name}" for name, cls in SECTIONS.items()
+               for field in dataclasses.fields(cls)
+               if not params_hook.field_docs(cls).get(field.name)]
+    assert not missing, f"config fields without a docstring: {missing}"
+
+
+def test_the_params_page_lists_every_key_with_its_default():
+    page = params_hook.tables()
+    keys = re.findall(r"^\| `([a-z_]+\.[a-z_]+)` \| (.+?) \|", page, re.M)
+    expected = [f"{n}.{f.name}" for n, cls in SECTIONS.items() for f in dataclasses.fields(cls)]
+    assert [k for k, _ in keys] == expected
+    assert dict(keys)["train.cuda_graphs"] == "`auto`" and "(undocumented)" not in page
+
+
+def nav_pages(nav) -> list[str]:
+    out = []
+    for entry in nav:
+        for value in entry.values():
+            out += nav_pages(value) if isinstance(value, list) else [value]
+    return out
+
+
+def test_every_docs_page_is_in_the_navigation():
+    config = yaml.safe_load((PROJECT / "mkdocs.yml").read_text())
+    pages = sorted(str(p.relative_to(PROJECT / "docs")) for p in (PROJECT / "docs").rglob("*.md"))
+    assert len(pages) >= 15
+    assert sorted(nav_pages(config["nav"])) == pages
+
+
+def test_the_readme_is_a_short_front_door_whose_links_land():
+    text = (PROJECT / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 200
+    links = re.findall(r"\]\(([^)#]+\.md)(?:#[^)]*)?\)", text)
+    assert len(links) >= 15
+    assert [link for link in links if not (PROJECT / link).is_file()] == []
+
+
+def test_mkdocs_builds_strictly(tmp_path):
+    pytest.importorskip("mkdocs", reason="the docs tools are dev dependencies: make install")
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d",
+                           str(tmp_path / "site")], cwd=PROJECT, capture_output=True, text=True,
+                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    params = (tmp_path / "site" / "reference" / "params" / "index.html").read_text()
+    assert "train.cuda_graphs" in params and "prepare.missing_labels" in params
