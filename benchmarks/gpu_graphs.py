@@ -277,8 +277,6 @@ def eager_summary(runs: dict, rows: int) -> dict:
 
 def steps(ctx: dict, save) -> dict:
     """ms per step by global batch: graphed once every shape is captured, and eager."""
-    import torch
-
     data, arrow = gt.token_rows(ctx["texts"], ctx["labels"], ctx["tokenizer"], ctx["tmp"],
                                 600 if SMOKE else 0)
     out = {}

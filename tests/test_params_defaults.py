@@ -32,7 +32,7 @@ def test_params_yaml_lists_every_key_with_the_dataclass_default():
                 problems.append(f"{name}.{field.name} is missing from params.yaml")
             elif getattr(loaded[name], field.name) != default(field):
                 problems.append(f"{name}.{field.name}: params.yaml says "
-                                f"{getattr(loaded[name], field.name)!r}, config.py {default(field)!r}")
+                                f"{getattr(loaded[name], field.name)!r}, the config dataclass {default(field)!r}")
     assert checked >= 40
     assert not problems, "; ".join(problems)
 

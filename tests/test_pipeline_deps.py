@@ -1,5 +1,5 @@
 """dvc.yaml's deps are true: a stage lists every wellfed module its script imports, transitively
-(function-level imports included: they run too), plus config.py. Otherwise `dvc repro` would
+(function-level imports included: they run too), plus the config package. Otherwise `dvc repro` would
 call a stage "up to date" after its code changed."""
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def import_closure(script: Path) -> set[Path]:
 
 
 def missing_deps(stages: dict) -> dict[str, list[str]]:
-    """stage -> wellfed files its script imports (plus config.py) that no dep covers."""
+    """stage -> wellfed files its script imports (plus the config package) that no dep covers."""
     missing = {}
     for name, stage in stages.items():
         stage = stage.get("do", stage)  # a `foreach` stage: its template
@@ -68,7 +68,7 @@ def missing_deps(stages: dict) -> dict[str, list[str]]:
         if not script:
             continue
         deps = [Path(d) for d in stage.get("deps", [])]
-        needed = import_closure(PROJECT / script.group(1)) | {Path("src/wellfed/config.py")}
+        needed = import_closure(PROJECT / script.group(1)) | set(Path("src/wellfed/config").glob("*.py"))
         uncovered = sorted(str(p) for p in needed
                            if not any(p == d or d in p.parents for d in deps))
         if uncovered:

@@ -38,7 +38,7 @@ def choose(cfg: TrainConfig, device: torch.device, world: int) -> tuple[str, str
     widths, eager (the CPU's fastest path: less padding and unmasked attention on full rows)."""
     if cfg.cuda_graphs == "false":
         return "dynamic", "train.cuda_graphs false"
-    if cfg.compile:  # config.py refuses cuda_graphs true with compile
+    if cfg.compile:  # config refuses cuda_graphs true with compile
         return "dynamic", "train.compile is on (it shapes its own graphs)"
     if device.type != "cuda":
         if cfg.cuda_graphs == "true":
