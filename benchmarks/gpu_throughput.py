@@ -3,8 +3,11 @@
 Needs a CUDA GPU (writes a skip result otherwise); needs no Ray, MLflow or DVC: wellfed runs its
 single-process path (train_throughput.train_wellfed: the loop's own micro_batches + train_step).
 Contenders, on the same SST-2 train rows tokenized by the same tokenizer:
-  wellfed          iterate_steps (pool_batches 64, pad multiple 8) + train_step, bf16 autocast,
-                   fused AdamW, pinned non-blocking copies
+  wellfed          iterate_steps (pool_batches 64) + train_step, bf16 autocast, fused AdamW,
+                   pinned non-blocking copies: the default step path, which on CUDA is now the
+                   shape plan + CUDA graphs (train.cuda_graphs; the figures in
+                   results/gpu/gpu_throughput.json were measured before, with the eager step
+                   and pad multiple 8; benchmarks/gpu_graphs.py measures the graphed one)
   trainer_grouped  HF Trainer, bf16=True, group_by_length, DataCollatorWithPadding(pad 8), pinned
 Both random-init (no download): MiniLM (the packaged all-MiniLM-L6-v2 config: 6 x 384) and a
 BERT-base-sized model (12 x 768, 3072 MLP, 12 heads, the same 30,522 WordPiece vocabulary).
@@ -117,7 +120,8 @@ def profile_steps(data, path: Path, pad_id: int, steps: int = 5) -> dict:
 
     device = torch.device("cuda")
     cfg = TrainConfig(lr=1e-4, precision="bf16", global_batch_size=32, micro_batch_size=32, seed=SEED)
-    s = setup(cfg, model_factory("bert_base")().to(device), len(data), device)
+    s = setup(cfg, model_factory("bert_base")().to(device), len(data), device,
+              lengths=data.lengths)
     meter = StepMeter(device, Peak(1.0, "unused"), s.model.config)
     fed = micro_batches(iterate_steps(data.lengths, s.spec, 0), data, path, pad_id, s.spec, 0, 2,
                         True)

@@ -105,7 +105,8 @@ def train_wellfed(data, path: Path, pad_id, *, model_fn=None, device: str = "cpu
                       pad_multiple=pad_multiple)
     device = torch.device(device)
     cuda = device.type == "cuda"
-    s = setup(cfg, (model_fn or fresh_model)().to(device), len(data), device)
+    s = setup(cfg, (model_fn or fresh_model)().to(device), len(data), device,
+              lengths=data.lengths)
     steps = s.steps
     torch.manual_seed(cfg.seed)  # dropout
     meter = StepMeter(device, device_peak(device, dev.device_name(device), s.precision.name,
