@@ -136,3 +136,40 @@ def test_the_cuda_graph_steps_counts_are_metrics_only_when_graphs_ran():
     assert not [k for k in tracking.interval_metrics([rep]) if "graph" in k]
     graphed = tracking.interval_metrics([{**rep, "graphs_captured": 17, "graph_capture_s": 0.8}])
     assert graphed["workers/graphs_captured"] == 17 and graphed["workers/graph_capture_s"] == 0.8
+
+
+WRITER = """
+import sys, time
+from mlflow.entities import Metric
+from wellfed import tracking
+uri, name, start = sys.argv[1], sys.argv[2], float(sys.argv[3])
+time.sleep(max(0.0, start - time.time()))  # every writer opens the fresh store at once
+run_id = tracking.start_run(uri, "sweep", name)
+for step in range(60):
+    now = int(time.time() * 1000)
+    tracking.send_metrics(uri, run_id, [Metric(f"train/k{j}", float(step), now, step)
+                                        for j in range(20)])
+print(run_id)
+"""
+
+
+def test_four_trials_open_and_fill_a_fresh_store_at_once_and_lose_nothing(tmp_path):
+    """A sweep's first trials on a fresh sqlite store: MLflow creates its tables on first use,
+    and four processes doing that at once failed (store_lock). Then every metric lands."""
+    import subprocess
+    import sys
+    import time
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    start = time.time() + 8  # after all four have imported MLflow
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, uri, f"trial-{i}", str(start)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(4)]
+    results = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, [err[-2000:] for _, err in results]
+    client = mlflow.MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("sweep").experiment_id])
+    assert sorted(r.info.run_name for r in runs) == [f"trial-{i}" for i in range(4)]
+    for run in runs:
+        assert len(run.data.metrics) == 20
+        assert len(client.get_metric_history(run.info.run_id, "train/k7")) == 60
