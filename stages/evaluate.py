@@ -62,9 +62,8 @@ def main(tokens_dir, model_dir, run_json, eval_dir):
     figures = {f"eval/{k}": metrics[k] for k in evaluation.HEADLINE[task]}
     write_json(out / "metrics.json", figures)  # the DVC metrics: MLflow's names and values
     if "ece_uncalibrated" in metrics:  # the exported head is calibrated (train.calibrate)
-        tracking.log_metrics(run["tracking_uri"], run["mlflow_run_id"],
-                             {"calibration/eval_ece_before": metrics["ece_uncalibrated"],
-                              "calibration/eval_ece_after": metrics["ece"]})
+        tracking.set_tags(run["tracking_uri"], run["mlflow_run_id"], {
+            "calibration.eval_ece": f"{metrics['ece_uncalibrated']:.4f} -> {metrics['ece']:.4f}"})
     tracking.log_artifacts(run["tracking_uri"], run["mlflow_run_id"], out, "eval")
     (mlflow_cfg,) = load_params("params.yaml", "mlflow")
     verdict, page = eval_tracking.record(

@@ -50,7 +50,7 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir):
             Path(model_dir), TokenFile(tokens / "validation.arrow"), meta["pad_id"], task,
             train_cfg.calibrate, float(fixed))
     print(f"[wellfed] {calibrated.line}")
-    tracking.log_metrics(uri, run_id, calibrated.metrics)
+    tracking.set_tags(uri, run_id, calibrated.tags)
     model_info = {"task": task, "text_columns": meta.get("text_columns", ["text"]),
                   "threshold": float(fixed) if task == "multi_label" else tasks.VAL_THRESHOLD,
                   "max_length": meta.get("max_length", 128), "calibration": calibrated.record}

@@ -80,9 +80,9 @@ def test_the_param_takes_three_values_and_defaults_to_auto():
 def test_regression_and_none_do_nothing_and_say_so(tmp_path):
     regression = temperature.calibrate_model(tmp_path, None, 0, "regression", "auto")
     assert regression.record == {"method": "none", "reason": "regression: no probabilities"}
-    assert "not applicable" in regression.line and regression.metrics == {}
+    assert "not applicable" in regression.line and regression.tags == {}
     off = temperature.calibrate_model(tmp_path, None, 0, "single_label", "none")
-    assert off.line == "calibration: off (train.calibrate: none)" and off.metrics == {}
+    assert off.line == "calibration: off (train.calibrate: none)" and off.tags == {}
 
 
 class SquashedHead(torch.nn.Module):
@@ -202,9 +202,9 @@ def test_calibration_lowers_validation_ece_and_leaves_every_class_unchanged(sing
     line = single.calibrated.line
     assert line.startswith("calibration: temperature ")
     assert "no predictions changed; applied" in line
-    assert set(single.calibrated.metrics) == {
-        "calibration/val_ece_before", "calibration/val_ece_after", "calibration/applied",
-        "calibration/temperature"}
+    tags = single.calibrated.tags
+    assert set(tags) == {"calibration.val_ece", "calibration.applied", "calibration.temperature"}
+    assert tags["calibration.applied"] == "true" and " -> " in tags["calibration.val_ece"]
 
 
 def test_the_predictor_pipeline_and_served_model_give_evaluates_scores(single, tmp_path):

@@ -61,10 +61,12 @@ class Fit:
 
 @dataclass(frozen=True)
 class Calibrated:
-    """What `calibrate_model` did: the `wellfed.json` record, the MLflow figures, the line."""
+    """What `calibrate_model` did: the `wellfed.json` record, the MLflow tags, the line."""
 
     record: dict
-    metrics: dict
+    tags: dict
+    """calibration.* run tags, not metrics: a run keeps ~30 metric keys (eval/ece is the
+    served scores' figure), and these are read, not plotted."""
     line: str
 
 
@@ -225,16 +227,15 @@ def calibrate_model(model_dir: Path, data, pad_id: int, task: str, mode: str,
               "temperatures": [float(t) for t in fitted.temperatures],
               "fitted_on": f"validation, {len(data)} rows", **figures,
               "changed_predictions": fitted.changed, "reason": why}
-    metrics = {"calibration/val_ece_before": fitted.ece_before,
-               "calibration/val_ece_after": fitted.ece_after,
-               "calibration/temperature": float(np.median(fitted.temperatures)),
-               "calibration/applied": float(apply)}
+    tags = {"calibration.val_ece": f"{fitted.ece_before:.4f} -> {fitted.ece_after:.4f}",
+            "calibration.temperature": f"{float(np.median(fitted.temperatures)):.4g}",
+            "calibration.applied": str(bool(apply)).lower()}
     asked = "WARNING: " if mode == "temperature" and not apply else ""  # asked for, not done
     line = (f"{asked}calibration: {_shown(fitted.temperatures)} fitted on validation ({len(data)} "
             f"rows): ECE {fitted.ece_before:.4f} -> {fitted.ece_after:.4f}, "
             f"{fitted.changed or 'no'} prediction{'' if fitted.changed == 1 else 's'} changed; "
             f"{'applied' if apply else 'not applied'} ({why})")
-    return Calibrated(record, metrics, line)
+    return Calibrated(record, tags, line)
 
 
 def read(model_dir: Path) -> dict:
