@@ -6,7 +6,7 @@ usage: python -m wellfed.compare A B [--tracking-uri URI] [--out compare.json]
 A and B: MLflow run ids, registry URIs (models:/<name>@champion: the run behind that version),
 `dvc exp` names (the MLflow run tagged dvc.exp_name, else the experiment's data/eval from DVC's
 cache), git revisions, or folders holding predictions.parquet.
-Prints the paired comparison (wellfed.comparison), writes it as JSON with --out, and logs it to
+Prints the paired comparison (wellfed.significance), writes it as JSON with --out, and logs it to
 B's MLflow run as compare/* metrics and a compare/vs_<A>.json artifact when B is an MLflow run.
 """
 
@@ -19,7 +19,7 @@ import os
 import sys
 from pathlib import Path
 
-from wellfed import cli, comparison, prediction_sources, privacy, tracking
+from wellfed import cli, prediction_sources, privacy, significance, tracking
 from wellfed.names import key as safe_key
 
 log = logging.getLogger("wellfed.compare")
@@ -36,10 +36,10 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", help="also write the comparison as JSON to this file")
     parser.add_argument("--eval-dir", default="data/eval",
                         help="the evaluate stage's output folder in dvc.yaml (default data/eval)")
-    parser.add_argument("--resamples", type=int, default=comparison.RESAMPLES,
-                        help=f"bootstrap resamples (default {comparison.RESAMPLES})")
-    parser.add_argument("--seed", type=int, default=comparison.SEED,
-                        help=f"bootstrap seed (default {comparison.SEED})")
+    parser.add_argument("--resamples", type=int, default=significance.RESAMPLES,
+                        help=f"bootstrap resamples (default {significance.RESAMPLES})")
+    parser.add_argument("--seed", type=int, default=significance.SEED,
+                        help=f"bootstrap seed (default {significance.SEED})")
     parser.add_argument("--no-log", action="store_true", help="do not log to B's MLflow run")
     args = parser.parse_args(argv)
     if args.resamples < 100:  # the 2.5th percentile of fewer than 100 values is one or two draws
@@ -51,8 +51,8 @@ def run(args: argparse.Namespace) -> dict:
     uri = prediction_sources.default_tracking_uri(args.tracking_uri, Path.cwd())
     a = prediction_sources.load(args.a, uri, Path.cwd(), args.eval_dir)
     b = prediction_sources.load(args.b, uri, Path.cwd(), args.eval_dir)
-    result = comparison.compare(a, b, args.resamples, args.seed)
-    print(comparison.table(result))
+    result = significance.compare(a, b, args.resamples, args.seed)
+    print(significance.table(result))
     text = json.dumps(result, indent=2, ensure_ascii=False) + "\n"
     if args.out:
         from wellfed.outputs import atomic_path
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> dict:
         log.info("not logged to MLflow: B is not an MLflow run (%s)", b.source)
         return result
     try:  # the comparison is made and shown; a store that refuses must not take it away
-        tracking.log_metrics(uri, b.run_id, comparison.tracked(result))
+        tracking.log_metrics(uri, b.run_id, significance.tracked(result))
         artifact = f"compare/vs_{safe_key(a.run_id or a.ref)}.json"
         tracking.log_text(uri, b.run_id, text, artifact)
         log.info("logged vs/* metrics and %s to MLflow run %s", artifact, b.run_id)
