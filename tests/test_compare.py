@@ -1,4 +1,4 @@
-"""wellfed.comparison / wellfed.compare: paired flips, McNemar, bootstrap, refusals, run lookup."""
+"""wellfed.significance / wellfed.compare: paired flips, McNemar, bootstrap, refusals, run lookup."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import pytest
 from scipy.stats import binomtest
 from sklearn.metrics import f1_score
 
-from wellfed import comparison
+from wellfed import significance
 from wellfed.compare import main
-from wellfed.comparison import compare
+from wellfed.significance import compare
 from wellfed.prediction_sources import Scored, load
 
 LABELS = ["neg", "neu", "pos"]
@@ -68,8 +68,8 @@ def test_planted_fixes_and_breaks_are_counted_tested_and_bounded():
 
 def test_the_bootstrap_is_seeded_and_chunked_the_same():
     ids, gold, pred_a, pred_b, _, _ = planted()
-    first = comparison.bootstrap(gold, pred_a, pred_b, 3, resamples=2000, seed=1)
-    again = comparison.bootstrap(gold, pred_a, pred_b, 3, resamples=2000, seed=1)
+    first = significance.bootstrap(gold, pred_a, pred_b, 3, resamples=2000, seed=1)
+    again = significance.bootstrap(gold, pred_a, pred_b, 3, resamples=2000, seed=1)
     np.testing.assert_array_equal(first["accuracy"], again["accuracy"])
     assert len(first["accuracy"]) == len(first["macro_f1"]) == 2000
     # Each resample's difference is a difference of draws-weighted counts: a multiple of 1/500.

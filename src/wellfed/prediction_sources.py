@@ -1,7 +1,8 @@
 """Where a run's evaluated predictions come from, for `wellfed-compare`: a folder or file, an
 MLflow run (by id, by `dvc exp` name through the tag `dvc.exp_name`, or by registry URI
 `models:/<name>@<alias>` / `models:/<name>/<version>`: the run that trained that version), else a
-git revision or `dvc exp` name read with dvc.api from DVC's cache.
+git revision or `dvc exp` name read with dvc.api from DVC's cache. A group of runs may also be
+named as `sweep:<id>`: every finished MLflow run tagged `wellfed.sweep` = <id>.
 
 A run's predictions are its evaluate stage's `predictions.parquet` with `report.json` beside it
 (task, split, label list).
@@ -9,8 +10,10 @@ A run's predictions are its evaluate stage's `predictions.parquet` with `report.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
+import logging
 import os
 import re
 import tempfile
@@ -21,6 +24,12 @@ import pandas as pd
 
 RUN_ID = re.compile(r"[0-9a-f]{32}")  # MLflow's run ids: uuid4 hex
 MODEL_URI = re.compile(r"models:/([^/@]+)(?:@([\w-]+)|/(\d+))")
+SWEEP = "sweep:"
+"""A group spec's prefix: `sweep:<id>` names every run of that sweep."""
+SWEEP_TAG = "wellfed.sweep"
+"""The MLflow tag a sweep's trials carry, its value the sweep's id."""
+
+log = logging.getLogger("wellfed.prediction_sources")
 
 
 @dataclass(frozen=True)
@@ -64,6 +73,53 @@ def load(ref: str, tracking_uri: str, repo: str | Path, eval_dir: str = "data/ev
     raise FileNotFoundError(
         f"{ref!r}: {'; '.join(tried)}; pass an MLflow run id, a `dvc exp` name, "
         f"models:/<name>@<alias>, a git revision or a folder holding predictions.parquet")
+
+
+def load_group(specs: list[str], tracking_uri: str, repo: str | Path,
+               eval_dir: str = "data/eval") -> list[Scored]:
+    """Every run `specs` name, in order: `sweep:<id>` is that sweep's runs (oldest first),
+    anything else the one run `load` finds."""
+    runs = []
+    for spec in specs:
+        if not spec.startswith(SWEEP):
+            runs.append(load(spec, tracking_uri, repo, eval_dir))
+            continue
+        for run_id in sweep_runs(spec.removeprefix(SWEEP), tracking_uri):
+            run = load(run_id, tracking_uri, repo, eval_dir)
+            runs.append(dataclasses.replace(
+                run, source=f"MLflow run {run_id} ({spec}) in {tracking_uri}"))
+    return runs
+
+
+def sweep_runs(sweep: str, uri: str) -> list[str]:
+    """Ids of the finished MLflow runs tagged `wellfed.sweep` = `sweep`, oldest first, less any
+    parent of another such run (a sweep's own summary run, which evaluated nothing). A one-line
+    FileNotFoundError when there are none; a warning naming the runs left out unfinished."""
+    spec = f"{SWEEP}{sweep}"
+    if not sweep or "'" in sweep:  # MLflow filter strings have no escape for a quote
+        raise ValueError(f"{spec!r}: a sweep id is the value of the {SWEEP_TAG} tag, not empty "
+                         f"and without quotes")
+    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
+        raise FileNotFoundError(f"{spec}: no MLflow store at {uri} (set --tracking-uri or "
+                                f"$MLFLOW_TRACKING_URI)")
+    import mlflow
+
+    client = mlflow.MlflowClient(uri)
+    ids = [e.experiment_id for e in client.search_experiments()]
+    found = client.search_runs(ids, f"tags.`{SWEEP_TAG}` = '{sweep}'", max_results=50000,
+                               order_by=["attributes.start_time ASC"]) if ids else []
+    parents = {r.data.tags.get("mlflow.parentRunId") for r in found}
+    trials = [r for r in found if r.info.run_id not in parents]
+    done = [r.info.run_id for r in trials if r.info.status == "FINISHED"]
+    left = [f"{r.info.run_id} {r.info.status}" for r in trials if r.info.status != "FINISHED"]
+    if not done:
+        raise FileNotFoundError(
+            f"{spec}: no finished MLflow run tagged {SWEEP_TAG}={sweep!r} in {uri}"
+            f"{f' ({len(left)} not finished: {left[0]})' if left else ''}; name the sweep's id "
+            f"as its trials were tagged, or list their runs")
+    if left:
+        log.warning("%s: left out %d unfinished runs (%s)", spec, len(left), ", ".join(left))
+    return done
 
 
 def from_mlflow(ref: str, uri: str, tried: list[str]) -> Scored | None:

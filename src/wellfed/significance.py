@@ -46,7 +46,15 @@ def task_of(scored: Scored) -> str:
 def pair(a: Scored, b: Scored) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list]:
     """(row ids, gold, A's, B's predictions as class ids, label list) over the rows both scored,
     in A's order; a one-line ValueError when they did not score the same rows."""
-    for name, run in (("A", a), ("B", b)):
+    row_ids, gold, predicted, labels = align([("A", a), ("B", b)])
+    return row_ids, gold, predicted[0], predicted[1], labels
+
+
+def align(runs: list[tuple[str, Scored]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list]:
+    """(row ids, gold, predictions as class ids with one row per run, label list) over the rows
+    every (name, run) scored, in the first run's order; a one-line ValueError naming the two
+    runs that differ when they did not all score the same rows of the same split."""
+    for name, run in runs:
         task = task_of(run)
         if task != "single_label":
             raise ValueError(f"{name} ({run.ref}) is a {task} run: compare is not supported yet "
@@ -57,30 +65,36 @@ def pair(a: Scored, b: Scored) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
                              f"re-run its evaluate stage")
         if run.frame["row_id"].duplicated().any():
             raise ValueError(f"{name} ({run.source}): row_id repeats; re-run its evaluate stage")
-    split_a, split_b = a.report.get("split"), b.report.get("split")
-    if split_a and split_b and split_a != split_b:
-        raise ValueError(f"A scored the {split_a} split and B the {split_b} split; compare two "
-                         f"runs evaluated on the same split")
-    ids_a, ids_b = set(a.frame["row_id"]), set(b.frame["row_id"])
-    if ids_a != ids_b:
-        raise ValueError(f"A and B scored different rows (A {len(ids_a)}, B {len(ids_b)}, "
-                         f"{len(ids_a & ids_b)} shared); compare two runs evaluated on the same "
-                         f"split of the same prepared data")
-    rows = a.frame[["row_id", "gold", "predicted"]].merge(
-        b.frame[["row_id", "gold", "predicted"]], on="row_id", suffixes=("_a", "_b"))
-    differ = rows["gold_a"].astype(str) != rows["gold_b"].astype(str)
-    if differ.any():
-        raise ValueError(f"A and B give different gold labels for {int(differ.sum())} rows "
-                         f"(first: row_id {rows['row_id'][differ].iloc[0]}); they scored "
-                         f"different data")
+    what = "two runs" if len(runs) == 2 else "runs"
+    splits = [(name, run.report["split"]) for name, run in runs if run.report.get("split")]
+    for name, split in splits[1:]:
+        if split != splits[0][1]:
+            raise ValueError(f"{splits[0][0]} scored the {splits[0][1]} split and {name} the "
+                             f"{split} split; compare {what} evaluated on the same split")
+    first_name, first = runs[0]
+    order = first.frame["row_id"].to_numpy()
+    gold = first.frame["gold"].astype(str).to_numpy()
+    predicted = []
+    for name, run in runs:
+        ids_first, ids = set(order), set(run.frame["row_id"])
+        if ids != ids_first:
+            raise ValueError(
+                f"{first_name} and {name} scored different rows ({first_name} {len(ids_first)}, "
+                f"{name} {len(ids)}, {len(ids_first & ids)} shared); compare {what} evaluated on "
+                f"the same split of the same prepared data")
+        rows = run.frame.set_index("row_id").loc[order]
+        differ = rows["gold"].astype(str).to_numpy() != gold
+        if differ.any():
+            raise ValueError(f"{first_name} and {name} give different gold labels for "
+                             f"{int(differ.sum())} rows (first: row_id {order[differ][0]}); they "
+                             f"scored different data")
+        predicted.append(rows["predicted"].astype(str).to_numpy())
     # Macro-F1 over every class of the run (as evaluate reports it), not only those seen here.
-    labels = [c["label"] for c in a.report.get("per_class", {}).values()]
-    seen = pd.concat([rows["gold_a"], rows["predicted_a"], rows["predicted_b"]]).astype(str)
-    labels += sorted(set(seen) - set(labels))
-    index = {label: i for i, label in enumerate(labels)}
-    as_ids = [rows[c].astype(str).map(index).to_numpy() for c in ("gold_a", "predicted_a",
-                                                                   "predicted_b")]
-    return (rows["row_id"].to_numpy(), *as_ids, labels)
+    labels = [c["label"] for c in first.report.get("per_class", {}).values()]
+    labels += sorted(set(gold).union(*predicted) - set(labels))
+    index = pd.Index(labels)
+    return order, index.get_indexer(gold), index.get_indexer(np.concatenate(predicted)).reshape(
+        len(runs), -1), labels
 
 
 def flips(gold: np.ndarray, pred_a: np.ndarray, pred_b: np.ndarray, row_ids: np.ndarray,
