@@ -105,3 +105,12 @@ def token_file(tmp_path_factory):
     write_token_file(path, [TokenBatch(np.concatenate(rows), np.array([len(r) for r in rows], np.int32),
                                        np.arange(203) % 2, np.arange(203))])
     return path
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test under tests/e2e is in the e2e tier (`make test`; plain `pytest` skips it),
+    marked here so that a new e2e module cannot land in the fast tier by forgetting its marker.
+    Here, not in a tests/e2e/conftest.py: the suite keeps one conftest (test_scripts.py)."""
+    for item in items:
+        if "/tests/e2e/" in str(item.fspath).replace("\\", "/"):
+            item.add_marker(pytest.mark.e2e)
