@@ -21,6 +21,10 @@ class RayConfig:
     """CPU cores reserved per worker; also its torch thread count."""
     use_gpu: Literal["auto", "true", "false"] = "auto"
     """auto = one GPU per worker when the cluster has GPUs."""
+    gpus_per_worker: float = 1.0
+    """GPUs each worker asks Ray for: 1 = a GPU of its own; a share below 1 lets trials placed
+    on a Ray cluster share one (0.25 = four small-model trials on a GPU: a MiniLM trial used
+    0.6 GB of an H100's 80 and 13% of its time); a whole number for a worker that needs more."""
     max_failures: int = 2
     """Worker-group restarts Ray may do from the last checkpoint before giving up."""
     storage_path: str = ""
@@ -39,6 +43,10 @@ class RayConfig:
             out.append(f"ray.num_workers must be >= 1; got {self.num_workers}")
         if self.cpus_per_worker < 1:
             out.append(f"ray.cpus_per_worker must be >= 1; got {self.cpus_per_worker}")
+        if not (0 < self.gpus_per_worker < 1 or (self.gpus_per_worker >= 1
+                                                 and float(self.gpus_per_worker).is_integer())):
+            out.append(f"ray.gpus_per_worker must be a share below 1 (0.25 = four trials on a "
+                       f"GPU) or a whole number >= 1; got {self.gpus_per_worker}")
         if self.max_failures < -1:
             out.append(f"ray.max_failures must be >= -1 (-1 = unlimited); got {self.max_failures}")
         return out
