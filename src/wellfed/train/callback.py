@@ -180,3 +180,16 @@ class MlflowCallback(ray.train.UserCallback):
               f" | {scalars[WORKERS + 'real_tokens_per_s']:.0f} tok/s{val} | ETA {eta:.0f}s",
               flush=True)
 
+
+
+class PruneCallback(ray.train.UserCallback):
+    """Runs in the Ray Train controller: after each checkpoint the store wrote and Ray
+    registered, prune the run's checkpoints to train.keep_checkpoints (train/store.py). Ray
+    itself keeps every one it registered (no `num_to_keep`): the store decides."""
+
+    def __init__(self, store, keep: int | None, best: bool):
+        self.store, self.keep, self.best = store, keep, best
+
+    def after_report(self, run_context, metrics: list[dict], checkpoint) -> None:
+        if checkpoint is not None:
+            self.store.prune(self.keep, self.best)
