@@ -76,7 +76,8 @@ class Storage:
             return
         step = metrics["records"][-1]["step"]
         self.weights[step] = torch.load(directory / checkpoint.MODEL, weights_only=True)
-        self.store.commit(directory, self.launch, step, metrics.get(selection.RANK_KEY, 0))
+        path = self.store.commit(directory, self.launch, step, metrics.get(selection.RANK_KEY, 0))
+        self.store.register(path)  # the driver has its report
         self.store.prune(self.keep, best=self.select == "best")
 
     def kept(self) -> list[int]:

@@ -31,9 +31,15 @@ def fake_checkpoint(folder: Path, step: int, size: int = 1000) -> Path:
     return folder
 
 
-def committed(store: Store, launch: str, tmp_path: Path, *steps: int, rank: int = 0) -> list[str]:
-    return [store.commit(fake_checkpoint(tmp_path / "src" / str(s), s), launch, s, rank)
-            for s in steps]
+def committed(store: Store, launch: str, tmp_path: Path, *steps: int, rank: int = 0,
+              register: bool = True) -> list[str]:
+    """Checkpoints of `steps` written into the store and, as the driver does once it has their
+    reports, registered."""
+    paths = [store.commit(fake_checkpoint(tmp_path / "src" / str(s), s), launch, s, rank)
+             for s in steps]
+    for path in paths if register else []:
+        store.register(path)
+    return paths
 
 
 def test_a_checkpoint_is_renamed_into_place_with_its_manifest(tmp_path):
@@ -47,6 +53,13 @@ def test_a_checkpoint_is_renamed_into_place_with_its_manifest(tmp_path):
     assert manifest["files"][checkpoint.MODEL]["size"] == 1000 and manifest["step"] == 12
     assert store.problem(store.latest()) is None
     assert store.open_launch("ray_train") == "02-ray_train"
+    traced = fake_checkpoint(tmp_path / "src" / "16", 16)
+    (traced / checkpoint.PROFILE).mkdir()  # the final checkpoint's profiler trace: a folder
+    (traced / checkpoint.PROFILE / "trace_steps_3-4.json").write_text("{}")
+    path = store.commit(traced, launch, 16, 0)
+    assert Path(path, checkpoint.PROFILE, "trace_steps_3-4.json").read_text() == "{}"
+    assert f"{checkpoint.PROFILE}/trace_steps_3-4.json" in json.loads(
+        Path(path, checkpoint.MANIFEST).read_text())["files"]
 
 
 def test_a_write_that_fails_leaves_nothing_and_names_the_folder(tmp_path, monkeypatch):
@@ -82,6 +95,18 @@ def test_a_damaged_newest_checkpoint_is_set_aside_in_one_line(tmp_path):
                     f"manifest says 1,000; moved aside, resuming from {middle} (step 20)")
     assert os.path.isdir(f"{store.dir}/damaged-{launch}-checkpoint_000030")
     assert store.recover() == (good, None)  # said once: the next resume finds it gone
+
+
+def test_a_checkpoint_whose_report_never_reached_the_driver_is_not_resumed_from(tmp_path):
+    """Written whole, but the driver was killed before it logged the report that carried it:
+    resuming there would leave that report's steps out of MLflow for good."""
+    store = Store(str(tmp_path / "ckpt"), "wf-run")
+    launch = store.open_launch("ray_train")
+    (logged,) = committed(store, launch, tmp_path, 10)
+    (lost,) = committed(store, launch, tmp_path, 20, register=False)
+    assert store.latest().path == logged
+    good, line = store.recover()
+    assert (good.path, line) == (logged, None) and not os.path.exists(lost)
 
 
 def test_when_no_checkpoint_is_good_the_run_starts_fresh_and_says_so(tmp_path):
@@ -121,7 +146,7 @@ def test_retention_while_running_and_once_complete(tmp_path):
     left = sorted(p.relative_to(chosen.path).as_posix() for p in Path(chosen.path).rglob("*"))
     assert left == [checkpoint.HF_MODEL, f"{checkpoint.HF_MODEL}/config.json",
                     f"{checkpoint.HF_MODEL}/model.safetensors", checkpoint.MANIFEST,
-                    checkpoint.STATE]  # no optimizer state, the weights once
+                    checkpoint.REGISTERED, checkpoint.STATE]  # no optimizer state, weights once
     linked = Path(chosen.path, checkpoint.HF_MODEL, "model.safetensors")
     assert os.path.samestat(linked.stat(), (exported / "model.safetensors").stat())  # 0 bytes
     assert store.problem(chosen) is None  # its manifest says what is left
@@ -134,7 +159,7 @@ def test_without_an_exported_copy_to_link_the_kept_checkpoint_keeps_model_pt(tmp
     chosen = store.entries()[0]
     assert store.complete(chosen, None) == 1
     assert sorted(os.listdir(chosen.path)) == [checkpoint.MANIFEST, checkpoint.MODEL,
-                                               checkpoint.STATE]
+                                               checkpoint.REGISTERED, checkpoint.STATE]
     assert store.problem(chosen) is None
 
 

@@ -7,6 +7,7 @@
                       best validation so far (train/selection.py)
     profile/          the final checkpoint only, when train.profile_steps is set: the trace
     manifest.json     every other file's size and sha256, written last (train/store.py)
+    registered        written by the driver once it has the checkpoint's report (train/store.py)
     hf_model/         a completed run's kept checkpoint only, instead of model.pt and optim.pt:
                       hard links to the exported model's files (train/store.py, `complete`)
 
@@ -26,7 +27,10 @@ OPTIM = "optim.pt"
 STATE = "train_state.json"
 PROFILE = "profile"
 MANIFEST = "manifest.json"
+REGISTERED = "registered"
 HF_MODEL = "hf_model"
+RERUN = ("rerun `dvc repro`: it checks the checkpoints against their manifests and resumes from "
+         "the newest good one (delete this one first if it passes)")
 
 
 class Damaged(Exception):
@@ -64,8 +68,7 @@ def weights(directory: Path) -> dict:
         return torch.load(directory / MODEL, map_location="cpu", weights_only=True)
     except (RuntimeError, OSError, EOFError) as err:
         raise Damaged(f"checkpoint {directory}: {MODEL} cannot be read ({one_line(err)}); "
-                      "delete that folder and rerun `dvc repro` to resume from the one "
-                      "before") from None
+                      f"{RERUN}") from None
 
 
 def load(directory: Path, s) -> dict:
@@ -75,8 +78,7 @@ def load(directory: Path, s) -> dict:
         optim = torch.load(directory / OPTIM, map_location="cpu", weights_only=True)
     except (RuntimeError, OSError, EOFError) as err:
         raise Damaged(f"checkpoint {directory}: {OPTIM} cannot be read ({one_line(err)}); "
-                      "delete that folder and rerun `dvc repro` to resume from the one "
-                      "before") from None
+                      f"{RERUN}") from None
     s.optimizer.load_state_dict(optim["optimizer"])
     s.scheduler.load_state_dict(optim["scheduler"])
     s.scaler.load_state_dict(optim["scaler"])
@@ -88,5 +90,6 @@ def read_state(directory: Path) -> dict:
 
 
 def one_line(err: BaseException) -> str:
+    """torch's reading errors run to 5 sentences of advice; the first says what failed."""
     text = str(err).strip().splitlines()
-    return text[-1] if text else type(err).__name__
+    return text[-1].split(". ")[0] if text else type(err).__name__

@@ -79,7 +79,7 @@ def run_trainer(loop_config: dict, ray_cfg: RayConfig, use_gpu: bool, store: Sto
     import ray.train
     from ray.train.torch import TorchTrainer
 
-    from wellfed.train.callback import MlflowCallback, PruneCallback
+    from wellfed.train.callback import MlflowCallback, StoreCallback
     from wellfed.train.worker import train_loop_per_worker
 
     flag = loop_config["stop_flag"] = preemption.new_stop_flag()
@@ -96,7 +96,7 @@ def run_trainer(loop_config: dict, ray_cfg: RayConfig, use_gpu: bool, store: Sto
             name=loop_config["launch"], storage_path=store.dir, storage_filesystem=store.fs,
             failure_config=ray.train.FailureConfig(max_failures=ray_cfg.max_failures),
             callbacks=[MlflowCallback(uri, run_id, str(backlog)),
-                       PruneCallback(store, kept_while_running(job.train),
+                       StoreCallback(store, kept_while_running(job.train),
                                      job.train.select == "best")],
             logging_config=ray.train.LoggingConfig(log_level="WARNING")),
     )

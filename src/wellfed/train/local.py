@@ -47,8 +47,10 @@ def fit(job: TrainJob, store: Store, launch: str, callback, *, resume: Entry | N
         if directory:
             kept = store.commit(directory, launch, metrics["records"][-1]["step"],
                                 metrics.get(selection.RANK_KEY, 0))
-            store.prune(keep, best=job.train.select == "best")
         callback.after_report(None, [metrics], kept)
+        if kept:  # as on Ray (callback.StoreCallback): registered once its steps are logged
+            store.register(kept)
+            store.prune(keep, best=job.train.select == "best")
 
     if resume is None:
         train(job, place, report, stop=stop.is_set)

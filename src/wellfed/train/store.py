@@ -5,7 +5,8 @@ storage (a pyarrow.fs URI), the same for both engines (in-process and Ray Train)
       01-in_process/                      a launch: one stage process's training, in-process or one
       02-ray_train/                         Ray Train fit (then also Ray's run folder)
         launch.json                       engine, start time, and its seconds once it ends
-        checkpoint_000040/                complete: train/checkpoint.py's files + manifest.json
+        checkpoint_000040/                complete: train/checkpoint.py's files + manifest.json,
+                                          and `registered` once its report reached the driver
         .checkpoint_000050.tmp-<hex>/     being written: never read, removed by the next launch
       damaged-02-checkpoint_000050/       failed its check on a resume: moved aside, kept until
                                           the run completes
@@ -14,8 +15,11 @@ A checkpoint is written under a temporary name, its manifest (every file's size 
 last, and renamed when complete, so a folder named `checkpoint_*` is whole unless something
 damaged it afterwards (a disk error, a partial copy). Object stores have no rename: there the
 files go to the final name and the manifest, written last, is what marks it complete.
-A resume checks the newest checkpoint against its manifest (`recover`), moves a damaged one
-aside and says so in one line, and resumes from the newest good one.
+A checkpoint counts once its report has reached the driver, which logged its steps to MLflow
+and then marks it `registered` (`register`): a resume from one whose report was lost (the
+driver killed meanwhile) would leave those steps out of the MLflow run forever. A resume checks
+the newest registered checkpoint against its manifest (`recover`), moves a damaged one aside
+and says so in one line, and resumes from the newest good one.
 
 Why a folder per launch: Ray Train reloads the records of a run folder it has seen before and
 fails when a checkpoint they list is gone (pruned, moved aside, deleted by hand). A fit of its
@@ -133,9 +137,20 @@ class Store:
         return sorted(found, key=lambda e: (e.step, e.launch))
 
     def latest(self) -> Entry | None:
-        """The newest checkpoint, unchecked (what a resume would try first)."""
-        found = self.entries()
+        """The newest registered checkpoint, unchecked (what a resume would try first)."""
+        found = [e for e in self.entries() if self.registered(e)]
         return found[-1] if found else None
+
+    def register(self, path: str) -> None:
+        """The driver has the report of the checkpoint at `path` (its steps are in MLflow)."""
+        try:
+            self._write_json(f"{path}/{checkpoint.REGISTERED}", {"at": time.time()})
+        except OSError as err:
+            raise write_fault(self.dir, err, "then rerun `dvc repro` to resume from the last "
+                              "checkpoint") from None
+
+    def registered(self, entry: Entry) -> bool:
+        return staging.exists(self.fs, f"{entry.path}/{checkpoint.REGISTERED}")
 
     def commit(self, local: Path, launch: str, step: int, rank: int) -> str:
         """Copy the checkpoint the loop wrote in `local` into `launch` as step `step` (with
@@ -146,9 +161,13 @@ class Store:
         into = tmp if self.renames else final
         try:
             self.fs.create_dir(into, recursive=True)
-            files = {p.relative_to(local).as_posix(): self._copy(p, f"{into}/"
-                                                                 f"{p.relative_to(local).as_posix()}")
-                     for p in sorted(local.rglob("*")) if p.is_file()}
+            files = {}
+            for path in sorted(local.rglob("*")):
+                if path.is_dir():  # profile/: object stores need no folders, local ones do
+                    self.fs.create_dir(f"{into}/{path.relative_to(local).as_posix()}")
+                else:
+                    rel = path.relative_to(local).as_posix()
+                    files[rel] = self._copy(path, f"{into}/{rel}")
             self._write_json(f"{into}/{checkpoint.MANIFEST}", {
                 "step": step, "rank": rank, "written": time.time(), "files": files})
             if self.renames:
@@ -195,13 +214,16 @@ class Store:
         return None
 
     def recover(self) -> tuple[Entry | None, str | None]:
-        """Before a resume: the newest checkpoint that matches its manifest, and a line that
-        says what was damaged (None when nothing was). Damaged ones are moved aside (deleted on
-        object stores); half-written ones (`.tmp-` folders) are removed. Checking costs a read
+        """Before a resume: the newest registered checkpoint that matches its manifest, and a line
+        that says what was damaged (None when nothing was). Damaged ones are moved aside (deleted
+        on object stores); half-written and unregistered ones are removed. Checking costs a read
         of the newest checkpoint: ~0.2 s for MiniLM's 350 MB, ~1 min for 7B weights + Adam."""
         self._remove_partial()
         damaged = []
         for entry in reversed(self.entries()):
+            if entry.launch and not self.registered(entry):  # its report was lost: its steps too
+                self.fs.delete_dir(entry.path)
+                continue
             problem = self.problem(entry)
             if problem is None:
                 return entry, self._damage_line(damaged, entry)
