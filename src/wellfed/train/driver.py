@@ -25,7 +25,7 @@ from wellfed.data import staging
 from wellfed.data.shards import TokenFile
 from wellfed.telemetry.phases import Phases
 from wellfed.train import failures, preemption, runs, selection
-from wellfed.train.mlflow_run import derived_tags, open_run
+from wellfed.train.mlflow_run import derived_tags, marked_failed, open_run
 from wellfed.train.preflight import check_request, check_resources, in_process, local_gpu
 from wellfed.train.store import Entry, Store
 
@@ -215,7 +215,8 @@ def fit_in_process(job: TrainJob, run: runs.Run, store: Store, resume: Entry | N
              ray_cfg.cpus_per_worker)
     with clock("mlflow run start"):  # MLflow's and Ray's imports, its store, params
         run_id, backlog = opened(derived_tags(job, run, ray_cfg, use_gpu, "in_process"))
-    launch = store.open_launch("in_process")
+    with marked_failed(uri, run_id):
+        launch = store.open_launch("in_process")
     try:
         with clock("train"):
             run_in_process(job, ray_cfg, use_gpu, run, store, launch, resume, uri, run_id,
@@ -248,7 +249,8 @@ def fit_on_ray(job: TrainJob, run: runs.Run, store: Store, resume: Entry | None,
                   f"{loop_config['tokens_uri']}", flush=True)
         with clock("mlflow run start"):
             run_id, backlog = opened(derived_tags(job, run, ray_cfg, use_gpu, "ray_train"))
-        loop_config["launch"] = launch = store.open_launch("ray_train")
+        with marked_failed(uri, run_id):
+            loop_config["launch"] = launch = store.open_launch("ray_train")
         try:
             with clock("train"):
                 run_trainer(loop_config, ray_cfg, use_gpu, store, resume, uri, run_id, backlog)

@@ -27,12 +27,13 @@ def open_run(run: runs.Run, uri: str, experiment: str, params: dict, tags: dict,
         where = "" if resume else ": no good checkpoint was left, starting from step 0"
         print(f"[wellfed] resuming interrupted run {run.name} (MLflow run {run_id}){where}"
               f"{world_size_change(uri, run_id, derived)}", flush=True)
-    runs.write_run_file(run.storage_uri, run.name, run_id, complete=False)
-    storage.mkdir(parents=True, exist_ok=True)
-    backlog = storage.resolve() / f".{run.name}.mlflow-backlog.jsonl"  # on the driver's node
-    flush_backlog(uri, run_id, backlog)  # left by an interrupted run: log it before resuming
-    tracking.log_params(uri, run_id, params, {**tags, **derived, **tracking.library_versions(),
-                                              "data.tokens_sha256": run.data_hash})
+    with marked_failed(uri, run_id):  # a read-only checkpoint folder, say
+        runs.write_run_file(run.storage_uri, run.name, run_id, complete=False)
+        storage.mkdir(parents=True, exist_ok=True)
+        backlog = storage.resolve() / f".{run.name}.mlflow-backlog.jsonl"  # the driver's node
+        flush_backlog(uri, run_id, backlog)  # left by an interrupted run: log it before resuming
+        tracking.log_params(uri, run_id, params, {**tags, **derived, **tracking.library_versions(),
+                                                  "data.tokens_sha256": run.data_hash})
     return run_id, backlog
 
 
