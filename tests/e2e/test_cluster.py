@@ -260,7 +260,7 @@ def test_a_read_only_data_folder_fails_in_one_line_and_the_rerun_only_exports(ba
     # Completed: the exported checkpoint only, no optimizer state, its weights hard links to
     # the MLflow model's files; the stage says what it leaves.
     (kept,) = [p for p in checkpoints.glob("wf-*/*/checkpoint_*") if p.is_dir()]
-    assert sorted(p.name for p in kept.iterdir()) == ["hf_model", "manifest.json",
+    assert sorted(p.name for p in kept.iterdir()) == ["hf_model", "manifest.json", "registered",
                                                       "train_state.json"]
     assert (kept / "hf_model" / "model.safetensors").stat().st_nlink == 2
     assert "[wellfed] this run leaves " in out
