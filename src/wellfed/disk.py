@@ -1,9 +1,12 @@
-"""Bytes on disk: what a finished training run leaves behind, a file hard-linked into several
-places counted once (its first place)."""
+"""Bytes on disk: files shared by hard links, and what a finished training run leaves behind,
+a file hard-linked into several places counted once (its first place)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
+import uuid
 from pathlib import Path
 
 
@@ -46,3 +49,28 @@ def left_behind(model_dir: Path, mlflow_model: Path | None, run_dir: Path | None
     return (f"this run leaves {mb(sum(sizes.values()))} here: {', '.join(parts)} (a file "
             "hard-linked into several of them counts once)"
             + (f"; not counted, not on this machine: {', '.join(missing)}" if missing else ""))
+
+
+def link_tree(source: Path, dest: Path) -> bool:
+    """Hard-link every file under `source` into `dest` (built beside it, renamed when whole);
+    False, with nothing left behind, where the filesystem cannot (another device, no links)."""
+    tmp = dest.with_name(f".{dest.name}.tmp-{uuid.uuid4().hex[:8]}")
+    try:
+        for path in sorted(source.rglob("*")):
+            if path.is_file():
+                target = tmp / path.relative_to(source)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.hardlink_to(path)
+        tmp.rename(dest)
+        return True
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        return False
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(8 << 20):
+            digest.update(block)
+    return digest.hexdigest()

@@ -20,7 +20,8 @@ from wellfed.data.shards import TokenBatch, write_token_file
 from wellfed.outputs import WriteFault
 from wellfed.train import checkpoint, driver
 from wellfed.train.loop import TrainJob
-from wellfed.train.store import Entry, Store, link_tree
+from wellfed.disk import link_tree
+from wellfed.train.store import Entry, Store
 
 
 def fake_checkpoint(folder: Path, step: int, size: int = 1000) -> Path:

@@ -44,6 +44,7 @@ from typing import Iterator
 import pyarrow.fs as pafs
 
 from wellfed.data import staging
+from wellfed.disk import file_sha256, link_tree
 from wellfed.outputs import write_fault
 from wellfed.train import checkpoint
 
@@ -328,29 +329,3 @@ class Store:
         with self.fs.open_output_stream(path) as f:
             f.write(json.dumps(data, indent=1).encode())
 
-
-def link_tree(source: Path, dest: Path) -> bool:
-    """Hard-link every file under `source` into `dest` (built beside it, renamed when whole);
-    False, with nothing left behind, where the filesystem cannot (another device, no links)."""
-    tmp = dest.with_name(f".{dest.name}.tmp-{uuid.uuid4().hex[:8]}")
-    try:
-        for path in sorted(source.rglob("*")):
-            if path.is_file():
-                target = tmp / path.relative_to(source)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.hardlink_to(path)
-        tmp.rename(dest)
-        return True
-    except OSError:
-        import shutil
-
-        shutil.rmtree(tmp, ignore_errors=True)
-        return False
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(CHUNK):
-            digest.update(block)
-    return digest.hexdigest()
