@@ -190,10 +190,9 @@ def test_lora_targets_that_do_not_exist_fail_in_one_line(model_dirs):
 
 def test_lora_trains_adapters_and_head_only_resumes_and_exports_merged(model_dirs, tokens,
                                                                       tmp_path, capsys):
-    from ray.train import Checkpoint
     from transformers import AutoModelForSequenceClassification, pipeline
 
-    from wellfed.train.driver import export_model
+    from wellfed.train.export import write_model
 
     job = job_for(model_dirs["llama"], tokens, lora_r=4, lora_dropout=0.0)
     torch.manual_seed(job.train.seed)  # as train() does before load_model: the same init
@@ -219,7 +218,7 @@ def test_lora_trains_adapters_and_head_only_resumes_and_exports_merged(model_dir
                                [h["loss"] for h in state["history"]], rtol=1e-5)
 
     out = tmp_path / "model"
-    export_model(Checkpoint.from_directory(str(full.checkpoints[16])), tokens, out, "", "")
+    write_model(full.checkpoints[16], job, tokens, out)  # the export: model.pt, adapters merged
     assert not (out / "adapter_config.json").exists()
     merged, info = AutoModelForSequenceClassification.from_pretrained(out, output_loading_info=True)
     assert not any(info.values()), info  # no missing/unexpected (lora_, base_layer) keys
@@ -256,6 +255,8 @@ def test_lora_under_ddp_needs_no_find_unused_parameters(model_dirs, tokens, tmp_
     finally:
         dist.destroy_process_group()
     assert state["step"] == 3 and all(np.isfinite(h["loss"]) for h in state["history"])
-    merged = json.loads((tmp_path / "ckpt" / "step_3" / checkpoint.HF_MODEL / "config.json")
-                        .read_text())
+    from wellfed.train.export import write_hf
+
+    write_hf(tmp_path / "ckpt" / "step_3", job, tmp_path / "export")
+    merged = json.loads((tmp_path / "export" / "config.json").read_text())
     assert merged["pad_token_id"] == EOS and merged["architectures"] == ["GPT2ForSequenceClassification"]

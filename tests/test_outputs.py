@@ -95,3 +95,36 @@ def test_the_prepare_stage_removes_a_killed_runs_staging_folder(tmp_path):
     assert f"removed what an interrupted run left: {name} (0.0 MB)" in proc.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml", "prepared", "raw",
                                                           "reports"]
+
+
+def test_a_folder_that_cannot_be_written_is_one_line_naming_it_and_nothing_stays(tmp_path,
+                                                                                   monkeypatch):
+    import errno
+    from pathlib import Path
+
+    import pytest
+
+    from wellfed.cli import message
+    from wellfed.outputs import WriteFault
+
+    def refused(self, *args, **kwargs):  # what a read-only mount answers (errno 30)
+        raise OSError(errno.EROFS, "Read-only file system", str(self))
+
+    monkeypatch.setattr(Path, "mkdir", refused)
+    with pytest.raises(WriteFault) as err:
+        with atomic_path(tmp_path / "model", is_dir=True):
+            pass
+    line = (f"cannot write {tmp_path}: it is on a read-only file system ([Errno 30] Read-only "
+            "file system); make it writable, then rerun `dvc repro`")
+    assert str(err.value) == line and message(err.value) == line
+    monkeypatch.undo()
+
+    def full(data):  # a disk filling up mid-write: the half-written copy goes
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(WriteFault, match=r"^cannot write .*: it is full \(\[Errno 28\] No space "
+                                         r"left on device\); free some space"):
+        with atomic_path(tmp_path / "metrics.json") as tmp:
+            tmp.write_text("{")
+            full(b"")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -11,22 +11,9 @@ from pathlib import Path
 PROJECT = Path(__file__).resolve().parents[1]
 WATCHED = ("ray", "mlflow", "dvc", "sklearn")
 
-KNOWN = {
-    # removed by the Ray public-API change (issue 22 item 4)
-    "src/wellfed/train/local.py": {
-        "ray.train.v2._internal.execution.checkpoint.checkpoint_manager.CheckpointManager",
-        "ray.train.v2._internal.execution.context.StorageContext",
-        "ray.train.v2._internal.execution.training_report._TrainingReport",
-    },
-    # removed by the Ray public-API change (issue 22 item 4)
-    "src/wellfed/cluster.py": {
-        "ray.train.v2._internal.execution.context",
-        "ray.train.v2._internal.execution.controller.placement_group_cleaner",
-        "ray.train.v2._internal.execution.scaling_policy.autoscaling_coordinator_client",
-    },
-}
-"""Private imports that exist today, by file: the test fails on any other, and on an entry here
-that the file no longer imports (delete it then, so that it cannot come back unnoticed)."""
+KNOWN: dict[str, set[str]] = {}
+"""Private imports allowed, by file: none. The test fails on any private import, and on an entry
+here that the file no longer imports (delete it then, so that it cannot come back unnoticed)."""
 
 
 def private(part: str) -> bool:

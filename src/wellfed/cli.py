@@ -15,6 +15,7 @@ import tempfile
 import traceback
 
 from wellfed import privacy
+from wellfed.outputs import WriteFault
 
 
 INTERRUPTED = ("stopped by Ctrl-C; stages already finished are kept: rerun `dvc repro` to go on "
@@ -31,7 +32,7 @@ class StageError(Exception):
     a bad value (ValueError) or a missing file (FileNotFoundError)."""
 
 
-USER_ERRORS = (StageError, ValueError, FileNotFoundError, PermissionError)
+USER_ERRORS = (StageError, ValueError, FileNotFoundError, PermissionError, WriteFault)
 MAX_CHARS = 1000  # an MLflow server can answer with a whole HTML page
 
 

@@ -10,6 +10,7 @@ write of the same output removes the copies whose process is gone.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -17,6 +18,36 @@ import shutil
 import uuid
 from pathlib import Path
 from typing import Iterator
+
+
+UNWRITABLE = {errno.EROFS: "is on a read-only file system", errno.EACCES: "is not writable",
+              errno.EPERM: "is not writable", errno.ENOSPC: "is full",
+              errno.EDQUOT: "is over its disk quota"}
+"""The OSErrors of a folder that no retry fixes: a person has to make room or grant access."""
+
+
+class WriteFault(OSError):
+    """A folder that cannot be written (read-only, no permission, full); str() is the one line,
+    naming the folder and the fix. Built by `write_fault`; pickles as an OSError (it crosses
+    from a Ray worker to the driver)."""
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+def unwritable(err: BaseException) -> bool:
+    return isinstance(err, OSError) and err.errno in UNWRITABLE
+
+
+def write_fault(folder, err: OSError, then: str) -> OSError:
+    """`err` as a WriteFault naming `folder` and the fix, then `then` (what to rerun); an error
+    that is not about room or access comes back as it is."""
+    if not unwritable(err) or isinstance(err, WriteFault):
+        return err
+    fix = ("free some space (what each run keeps and how to remove it: README, \"Faults and "
+           "resume\")" if err.errno in (errno.ENOSPC, errno.EDQUOT) else "make it writable")
+    return WriteFault(err.errno, f"cannot write {folder}: it {UNWRITABLE[err.errno]} ([Errno "
+                                 f"{err.errno}] {err.strerror}); {fix}, {then}")
 
 
 # `.<name>.tmp-<pid>-<hex>` (being built) and `.<name>.old-<pid>-<hex>` (the output it replaces,
@@ -72,17 +103,23 @@ def atomic_path(final: str | Path, is_dir: bool = False) -> Iterator[Path]:
     """Yield a temporary path next to `final`; on success replace `final` with it. Staging
     copies of `final` left by a killed process are removed first, and said so."""
     final = Path(final)
+    then = "then rerun `dvc repro`"
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
+        if unwritable(err):
+            raise write_fault(final.parent, err, then) from None
         raise OSError(f"{final.parent}: cannot create output directory ({err.strerror}); "
                       "check the path and its permissions") from None
     removed = remove_leftovers(final)
     if removed:
         print(f"[wellfed] removed what an interrupted run left: {', '.join(removed)}", flush=True)
     tmp = staging_name(final, "tmp")
-    if is_dir:
-        tmp.mkdir()
+    try:
+        if is_dir:
+            tmp.mkdir()
+    except OSError as err:
+        raise write_fault(final.parent, err, then) from None
     try:
         yield tmp
         if final.is_dir() and not final.is_symlink():
@@ -92,11 +129,13 @@ def atomic_path(final: str | Path, is_dir: bool = False) -> Iterator[Path]:
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, final)
-    except BaseException:
+    except BaseException as err:
         if tmp.is_dir():
             shutil.rmtree(tmp, ignore_errors=True)
         else:
             tmp.unlink(missing_ok=True)
+        if unwritable(err):  # raised while writing into tmp or renaming it: the folder's fault
+            raise write_fault(final.parent, err, then) from None
         raise
 
 

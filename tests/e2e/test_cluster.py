@@ -1,10 +1,13 @@
 """Scale-out and faults, for real on CPU: a simulated 2-node cluster, a `ray start` cluster, a
-killed worker, a killed driver, and a scaling request the cluster cannot satisfy."""
+killed worker, a killed driver, a scaling request the cluster cannot satisfy, a read-only
+output folder, and an error no retry can fix."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -142,10 +145,11 @@ def test_pipeline_joins_a_ray_start_cluster(base, tmp_path):
 
 
 def wait_for_checkpoint(project: Path, proc: subprocess.Popen, timeout: float = 300) -> None:
-    """Until Ray has registered a checkpoint (its manager's snapshot is written)."""
+    """Until Ray has registered a checkpoint the store wrote (Ray's record of it, its manager's
+    snapshot, is in the launch folder: a worker restart now resumes from it)."""
     deadline = time.time() + timeout
     while time.time() < deadline:
-        if list((project / "data" / "checkpoints").glob("wf-*/checkpoint_manager_snapshot.json")):
+        if list((project / "data" / "checkpoints").glob("wf-*/*/checkpoint_manager_snapshot.json")):
             return
         assert proc.poll() is None, f"training ended before the first checkpoint:\n{proc.stdout.read()[-3000:]}"
         time.sleep(0.2)
@@ -208,3 +212,82 @@ def test_a_killed_driver_resumes_on_rerun_into_the_same_mlflow_run(base, tmp_pat
     assert steps == list(range(1, 153))  # continuous, no repeats, the planned number of steps
     train = json.loads((project / "data" / "train" / "metrics.json").read_text())
     assert train["train/rows"] == 4 * 600
+
+
+@contextlib.contextmanager
+def read_only(folder: Path):
+    """`folder` unwritable, as a read-only mount or a folder of another user is: chattr +i for
+    root (whom permissions do not stop), chmod for anyone else."""
+    if os.geteuid() == 0:
+        if subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode:
+            pytest.skip("chattr +i is not permitted here: no way to make a folder read-only")
+        undo = ["chattr", "-i", str(folder)]
+    else:
+        folder.chmod(0o555)
+        undo = ["chmod", "755", str(folder)]
+    try:
+        yield
+    finally:
+        subprocess.run(undo, check=True)
+
+
+def test_a_read_only_data_folder_fails_in_one_line_and_the_rerun_only_exports(base, tmp_path):
+    """Training done, `data/` unwritable: one line naming the folder and the fix, no
+    `data/.model.tmp-*`, the MLflow run FAILED; fixed, the rerun resumes the run, trains
+    nothing, exports, and counts both processes' seconds. Then what a completed run keeps."""
+    project = fresh(base, tmp_path, ray={"num_workers": 1})
+    checkpoints = tmp_path / "ckpt"  # outside data/: training checkpoints, the export cannot write
+    train = [*TRAIN[:-1], str(checkpoints)]
+    with read_only(project / "data"):
+        proc = run(train, project, check=False, timeout=600)
+        assert proc.returncode == 1, proc.stderr[-3000:]
+        assert proc.stderr.strip().splitlines()[-1] == (
+            "error: cannot write data: it is not writable ([Errno 1] Operation not permitted); "
+            "make it writable, then rerun `dvc repro`")
+        assert not list((project / "data").glob(".model*")) and not (project / "data" / "model").exists()
+    _, runs = mlflow_runs(project)
+    assert len(runs) == 1 and runs[0].info.status == "FAILED"
+    (launch,) = checkpoints.glob("wf-*/01-in_process/launch.json")
+    first = json.loads(launch.read_text())["seconds"]
+    again = run(train, project, timeout=600)
+    out = again.stdout + again.stderr
+    assert "[wellfed] resuming interrupted run" in out and "[wellfed] step " not in out  # no steps
+    _, runs = mlflow_runs(project)
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    metrics = json.loads((project / "data" / "train" / "metrics.json").read_text())
+    assert metrics["train/seconds"] > first > 0  # both processes count
+    assert metrics["train/rows"] == 600
+    # Completed: the exported checkpoint only, no optimizer state, its weights hard links to
+    # the MLflow model's files; the stage says what it leaves.
+    (kept,) = [p for p in checkpoints.glob("wf-*/*/checkpoint_*") if p.is_dir()]
+    assert sorted(p.name for p in kept.iterdir()) == ["hf_model", "manifest.json", "registered",
+                                                      "train_state.json"]
+    assert (kept / "hf_model" / "model.safetensors").stat().st_nlink == 2
+    assert "[wellfed] this run leaves " in out
+
+
+def test_a_permanent_worker_error_is_not_retried_by_ray(base, tmp_path):
+    """On Ray Train with ray.max_failures 2: a worker dies and the checkpoint Ray restarts the
+    group from is damaged meanwhile. The restarted workers cannot read it, an error no retry
+    fixes: the stage ends with its line, without the third attempt that would fail alike."""
+    project = fresh(base, tmp_path, train={"epochs": 4}, ray={"max_failures": 2})
+    # RAY_DEDUP_LOGS=0: each worker's lines under its own pid, not "[repeated 2x across cluster]"
+    proc = subprocess.Popen(TRAIN, cwd=project, env={**env(), "RAY_DEDUP_LOGS": "0"},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    wait_for_checkpoint(project, proc)
+    workers = ray_workers(proc.pid)
+    for weights in (project / "data" / "checkpoints").glob("wf-*/*/checkpoint_*/model.pt"):
+        with open(weights, "r+b") as f:
+            f.truncate(1000)
+    workers[1].kill()
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 1, out[-3000:]
+    last = out.strip().splitlines()[-1]
+    assert re.fullmatch(r"error: checkpoint \S+/checkpoint_\d+: model.pt cannot be read \(.*\); "
+                        r"rerun `dvc repro`: it checks .*", last), last
+    # Ray prints each failed worker's error under its pid: the restarted group's 2 workers (a
+    # third attempt reading the same checkpoint would fail too, under 2 more pids).
+    failed = set(re.findall(r"RayTrainWorker pid=(\d+)\)\S* wellfed.train.checkpoint.Damaged", out))
+    print(f"\nworkers that failed on the damaged checkpoint: {len(failed)}")
+    assert 1 <= len(failed) <= 2, out[-5000:]

@@ -107,7 +107,7 @@ def stopped_line(out: str, signame: str) -> int:
 
 def checkpointed_step(project: Path) -> int:
     """The step in the one checkpoint directory of the run (checkpoint_every is never reached)."""
-    dirs = [d for d in (project / "data" / "checkpoints").glob("wf-*/checkpoint_*") if d.is_dir()]
+    dirs = [d for d in (project / "data" / "checkpoints").glob("wf-*/*/checkpoint_*") if d.is_dir()]
     assert len(dirs) == 1, dirs
     return json.loads((dirs[0] / "train_state.json").read_text())["step"]
 

@@ -3,7 +3,7 @@
 import pytest
 
 from wellfed.config import load_section
-from wellfed.train import driver
+from wellfed.train import preflight
 
 
 @pytest.mark.parametrize("ray, env, expected", [
@@ -18,7 +18,7 @@ def test_one_local_worker_trains_in_process_unless_told_otherwise(ray, env, expe
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    assert driver.in_process(load_section({"ray": ray}, "ray")) is expected
+    assert preflight.in_process(load_section({"ray": ray}, "ray")) is expected
 
 
 def test_in_process_takes_auto_or_false_only():

@@ -97,7 +97,7 @@ def test_consecutive_non_finite_losses_are_counted_across_reports():
 
 def test_preflight_refuses_what_this_machine_cannot_do(monkeypatch):
     from wellfed.config import RayConfig
-    from wellfed.train.driver import preflight
+    from wellfed.train.preflight import devices as preflight
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
@@ -111,7 +111,7 @@ def test_preflight_refuses_what_this_machine_cannot_do(monkeypatch):
 def test_a_worker_failure_becomes_one_line_naming_the_cause():
     from ray.train.v2.api.exceptions import WorkerGroupError
 
-    from wellfed.train.driver import worker_failure
+    from wellfed.train.failures import worker_failure
 
     err = WorkerGroupError("Traceback ...\nRuntimeError: boom", {
         1: RuntimeError("Traceback (most recent call last):\n  ...\nloss was not finite for 3 "

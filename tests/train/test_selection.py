@@ -1,10 +1,9 @@
 """Best checkpoint and early stopping, in-process with the tiny model: a planted validation curve
-(the loop's `evaluate_split` replaced by a script), checkpoints persisted and pruned by Ray's own
-checkpoint manager with the driver's CheckpointConfig, then chosen and exported by the driver."""
+(the loop's `evaluate_split` replaced by a script), checkpoints persisted and pruned by wellfed's
+store (train/store.py) as both engines prune them, then chosen by the driver and exported."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import shutil
 from pathlib import Path
@@ -16,8 +15,9 @@ import torch
 
 from wellfed.config import DataConfig, ModelConfig, TrainConfig, load_section
 from wellfed.data.shards import TokenBatch, write_token_file
-from wellfed.train import checkpoint, driver, local, loop, selection
+from wellfed.train import checkpoint, driver, export, loop, reports, selection
 from wellfed.train.loop import Place, TrainJob, train
+from wellfed.train.store import Store
 
 CPU = Place(torch.device("cpu"))
 
@@ -61,44 +61,31 @@ def plant(monkeypatch, curve: list[float], key: str = "val/macro_f1") -> list[in
     return calls
 
 
-class RayStorage:
-    """A report sink that persists checkpoints as the in-process path does (train/local.py):
-    into the run's storage folder, registered with Ray's own CheckpointManager under the
-    driver's CheckpointConfig (which prunes them). Also keeps every checkpoint's weights by
-    step, whatever Ray keeps."""
+class Storage:
+    """A report sink that persists checkpoints as both engines do: into wellfed's store, in a
+    launch folder of its own (one per sink: a new process), pruned to `keep` newest plus the
+    best (train.keep_checkpoints; the tests' 1 is what Ray's CheckpointConfig used to keep).
+    Also keeps every checkpoint's weights by step, whatever the store keeps."""
 
-    def __init__(self, root: Path, select: str):
-        self.root, self.weights = root, {}
-        # Built anew per run, as after a restart: it reloads the snapshot an earlier run left.
-        self.store = local.Store(str(root), "run", driver.checkpoint_config(select))
+    def __init__(self, root: Path, select: str, keep: int | None = 1):
+        self.store, self.select, self.keep, self.weights = Store(str(root), "run"), select, keep, {}
+        self.launch = self.store.open_launch("in_process")
 
     def __call__(self, metrics: dict, directory: Path | None) -> None:
         if directory is None:
             return
         step = metrics["records"][-1]["step"]
         self.weights[step] = torch.load(directory / checkpoint.MODEL, weights_only=True)
-        self.store.persist(metrics, directory)
+        path = self.store.commit(directory, self.launch, step, metrics.get(selection.RANK_KEY, 0))
+        self.store.register(path)  # the driver has its report
+        self.store.prune(self.keep, best=self.select == "best")
 
     def kept(self) -> list[int]:
-        return sorted(driver.stored_state(ckpt)["step"] for ckpt in self.checkpoints())
-
-    def checkpoints(self):
-        from ray.train import Checkpoint
-
-        return [Checkpoint.from_directory(str(p)) for p in (self.root / "run").iterdir()
-                if p.name.startswith("checkpoint_") and p.is_dir()]
-
-    def result(self):
-        """What TorchTrainer.fit returns, as far as the driver reads it."""
-        return self.store.result()
+        return [entry.step for entry in self.store.entries()]
 
 
 def run(job: TrainJob, sink, **kwargs) -> dict:
-    """`train` inside an event loop: Ray's checkpoint manager notifies listeners through it."""
-    async def main():
-        return train(job, CPU, sink, **kwargs)
-
-    return asyncio.run(main())
+    return train(job, CPU, sink, **kwargs)
 
 
 def exported_weights(model_dir: Path) -> dict:
@@ -114,23 +101,24 @@ def same(a: dict, b: dict) -> bool:
 
 def test_best_is_checkpointed_kept_by_ray_and_exported(job, tmp_path, monkeypatch, capsys):
     evals = plant(monkeypatch, [0.5, 0.8, 0.6, 0.7])
-    sink = RayStorage(tmp_path, "best")
+    sink = Storage(tmp_path, "best")
     state = run(job, sink)
     assert evals == [4, 8, 12, 16] and state["step"] == 16
     assert sorted(sink.weights) == [4, 8, 16]  # new bests at 4 and 8, and the final step
     assert state["best"] == {"metric": "val/macro_f1", "step": 8, "value": 0.8, "rank": 2,
                              "since": 2}
-    assert sink.kept() == [8, 16]  # Ray pruned step 4: the best and the latest stay
-    trained = driver.choose(sink.result(), job)
-    assert driver.stored_state(trained.chosen)["step"] == 8
-    assert driver.stored_state(trained.last)["step"] == 16
-    assert not (Path(trained.chosen.path) / checkpoint.HF_MODEL).exists()  # rebuilt from model.pt
-    history = driver.export_model(trained, job.tokens_dir, tmp_path / "model", "", "")
+    assert sink.kept() == [8, 16]  # the store pruned step 4: the best and the latest stay
+    trained = driver.choose(sink.store, job)
+    assert (trained.chosen.step, trained.last.step) == (8, 16)
+    assert sink.store.state(trained.chosen)["step"] == 8
+    for entry in sink.store.entries():  # the weights once: model.pt, never also hf_model/
+        assert not (Path(entry.path) / checkpoint.HF_MODEL).exists()
+    history = export.weights(trained, job.tokens_dir, tmp_path / "model", "", "")
     assert [h["step"] for h in history] == list(range(1, 17))  # the whole run's, not step 8's
     weights = exported_weights(tmp_path / "model")
     assert same(weights, sink.weights[8]) and not same(weights, sink.weights[16])
     assert (tmp_path / "model" / "tokenizer.json").is_file()
-    assert driver.summarize(history, 1.0, SimpleNamespace(
+    assert reports.summarize(history, 1.0, SimpleNamespace(
         real_tokens_per_s=1, padding_efficiency=1, input_wait_share=0, mfu=0),
         trained.best)["train/best_step"] == 8
 
@@ -138,41 +126,38 @@ def test_best_is_checkpointed_kept_by_ray_and_exported(job, tmp_path, monkeypatc
 def test_select_last_exports_the_final_step_as_before(job, tmp_path, monkeypatch):
     plant(monkeypatch, [0.5, 0.8, 0.6, 0.7])
     last = with_train(job, select="last")
-    sink = RayStorage(tmp_path, "last")
+    sink = Storage(tmp_path, "last")
     state = run(last, sink)
     assert sorted(sink.weights) == [16] and state["best"]["step"] == 8  # still recorded
-    trained = driver.choose(sink.result(), last)
+    trained = driver.choose(sink.store, last)
     assert trained.chosen == trained.last
-    driver.export_model(trained, job.tokens_dir, tmp_path / "model", "", "")
+    export.weights(trained, job.tokens_dir, tmp_path / "model", "", "")
     assert same(exported_weights(tmp_path / "model"), sink.weights[16])
 
 
 def test_val_loss_selects_the_minimum(job, tmp_path, monkeypatch):
     plant(monkeypatch, [0.9, 0.7, 0.8, 0.75], key="val/loss")
     by_loss = with_train(job, select_metric="val/loss")
-    sink = RayStorage(tmp_path, "best")
+    sink = Storage(tmp_path, "best")
     state = run(by_loss, sink)
     assert (state["best"]["metric"], state["best"]["step"], state["best"]["value"]) == \
         ("val/loss", 8, 0.7)
-    assert driver.stored_state(driver.choose(sink.result(), by_loss).chosen)["step"] == 8
+    assert driver.choose(sink.store, by_loss).chosen.step == 8
 
 
 def test_early_stop_after_patience_flat_validations(job, tmp_path, monkeypatch, capsys):
     # Validations at 4, 8, 12, 16, ...: a tie (12) is no improvement; 2 in a row stop the run.
     plant(monkeypatch, [0.5, 0.6, 0.6, 0.55, 0.9])
     patient = with_train(job, epochs=3, early_stopping_patience=2)
-    sink = RayStorage(tmp_path, "best")
+    sink = Storage(tmp_path, "best")
     state = run(patient, sink)
     assert state["step"] == 16 and [h["step"] for h in state["history"]] == list(range(1, 17))
     assert sorted(sink.weights) == [4, 8, 16] and sink.kept() == [8, 16]
-    last = Path(sink.result().checkpoint.path)
-    assert driver.stored_state(sink.result().checkpoint)["step"] == 16
-    assert (last / checkpoint.HF_MODEL).is_dir()  # an end
     out = capsys.readouterr().out
     assert ("[wellfed] early stop at step 16: val/macro_f1 has not improved on 0.6000 (step 8) "
             "for 2 validations") in out.splitlines()
-    trained = driver.choose(sink.result(), patient)
-    assert driver.stored_state(trained.chosen)["step"] == 8
+    trained = driver.choose(sink.store, patient)
+    assert (trained.chosen.step, trained.last.step) == (8, 16)
     # A resume of the early-stopped run (a signal raced the stop) trains no further.
     again = run(patient, lambda metrics, directory: pytest.fail("reported"),
                 resume=Path(trained.last.path))
@@ -182,19 +167,21 @@ def test_early_stop_after_patience_flat_validations(job, tmp_path, monkeypatch, 
 def test_a_resume_keeps_the_best_so_far(job, tmp_path, monkeypatch):
     plant(monkeypatch, [0.5, 0.8, 0.6, 0.7, 0.65, 0.75, 0.7])
     longer = with_train(job, epochs=2)  # 32 steps, validations every 4
-    first = RayStorage(tmp_path, "best")
+    first = Storage(tmp_path, "best")
     stops = iter([False] * 11 + [True])  # preempted after step 12: no validation there
     state = run(longer, first, stop=lambda: next(stops))
     assert state["step"] == 12 and state["best"]["step"] == 8 and first.kept() == [8, 12]
-    second = RayStorage(tmp_path, "best")  # Ray restarted: the manager reloads its snapshot
-    resumed = run(longer, second, resume=Path(second.result().checkpoint.path))
+    second = Storage(tmp_path, "best")  # a new process: a launch of its own, the same store
+    start, damage = second.store.recover()
+    assert (start.step, damage) == (12, None)
+    resumed = run(longer, second, resume=Path(start.path))
     assert resumed["step"] == 32
     assert (resumed["best"]["step"], resumed["best"]["value"], resumed["best"]["rank"]) == \
         (8, 0.8, 2)
-    assert second.kept() == [8, 32]
-    trained = driver.choose(second.result(), longer)
-    assert driver.stored_state(trained.chosen)["step"] == 8
-    driver.export_model(trained, job.tokens_dir, tmp_path / "model", "", "")
+    assert second.kept() == [8, 32]  # across both launches
+    trained = driver.choose(second.store, longer)
+    assert trained.chosen.step == 8 and trained.chosen.launch == first.launch
+    export.weights(trained, job.tokens_dir, tmp_path / "model", "", "")
     assert same(exported_weights(tmp_path / "model"), first.weights[8])
 
 
@@ -242,28 +229,23 @@ def test_improvement_is_strict_and_never_non_finite():
 
 
 def test_the_chosen_step_is_printed_and_logged_to_mlflow(job, tmp_path, capsys):
-    import json
-
     import mlflow
-    from ray.train import Checkpoint
 
     from wellfed import tracking
-
-    def stored(step: int) -> Checkpoint:
-        (tmp_path / str(step)).mkdir()
-        (tmp_path / str(step) / checkpoint.STATE).write_text(json.dumps({"step": step}))
-        return Checkpoint.from_directory(str(tmp_path / str(step)))
+    from wellfed.train.store import Entry
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     run_id = tracking.start_run(uri, "best", "r")
     best = {"metric": "val/macro_f1", "step": 40, "value": 0.8123, "rank": 3, "since": 2}
-    at_40, at_96 = stored(40), stored(96)
-    driver.announce(driver.Trained(at_40, at_96, best, job), uri, run_id)
+    at_40, at_96 = (Entry(f"{tmp_path}/01-in_process/checkpoint_{s:06d}", "01-in_process", s)
+                    for s in (40, 96))
+    store = Store(str(tmp_path), "run")
+    driver.announce(driver.Trained(at_40, at_96, best, job, store), uri, run_id)
     logged = mlflow.MlflowClient(uri).get_run(run_id).data.metrics
     assert logged == {"best/val/macro_f1": 0.8123}  # its step: the stage's train/best_step
     assert capsys.readouterr().out == ("[wellfed] model: step 40 of 96, the best val/macro_f1 "
                                        "0.8123 (train.select: best)\n")
     last = with_train(job, select="last")
-    driver.announce(driver.Trained(at_96, at_96, best, last), uri, run_id)
+    driver.announce(driver.Trained(at_96, at_96, best, last, store), uri, run_id)
     assert capsys.readouterr().out == ("[wellfed] model: step 96 of 96, the last (train.select: "
                                        "last); the best was val/macro_f1 0.8123 at step 40\n")

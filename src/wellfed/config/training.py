@@ -138,6 +138,12 @@ class TrainConfig:
     always; auto = when it lowers validation ECE and changes no prediction (temperature scaling
     cannot change a row's arg-max), said in one line with the ECE before and after; none = no
     fit (no validation pass). Regression: not applicable."""
+    keep_checkpoints: int | str = "all"
+    """Checkpoints kept while the run trains: all, or the N newest plus the best (train.select:
+    best); the newest always stays, a resume starts from it. Once the run completes, only the
+    exported one stays, without optimizer state, its weights hard links to the MLflow model's
+    files where both are on one local filesystem (train/store.py). Not part of the run's
+    identity: changing it resumes an interrupted run."""
 
     def profile_range(self) -> tuple[int, int] | None:
         if not self.profile_steps:
@@ -192,6 +198,10 @@ class TrainConfig:
         if self.threshold != "tune" and not (number(self.threshold) is not None
                                              and 0 < number(self.threshold) < 1):
             out.append(f"train.threshold must be in (0, 1) or tune; got {self.threshold!r}")
+        keep = number(self.keep_checkpoints, integer=True)
+        if self.keep_checkpoints != "all" and (keep is None or keep < 1):
+            out.append(f"train.keep_checkpoints must be all or an integer >= 1; got "
+                       f"{self.keep_checkpoints!r}")
         if self.early_stopping_patience < 0:
             out.append(f"train.early_stopping_patience must be >= 0 (0 = off); got "
                        f"{self.early_stopping_patience}")

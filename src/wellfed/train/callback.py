@@ -180,3 +180,18 @@ class MlflowCallback(ray.train.UserCallback):
               f" | {scalars[WORKERS + 'real_tokens_per_s']:.0f} tok/s{val} | ETA {eta:.0f}s",
               flush=True)
 
+
+
+class StoreCallback(ray.train.UserCallback):
+    """Runs in the Ray Train controller, after the MlflowCallback: each checkpoint the store
+    wrote and Ray registered is marked registered in the store (its steps are in MLflow now),
+    then the run's checkpoints are pruned to train.keep_checkpoints (train/store.py). Ray
+    itself keeps every one it registered (no `num_to_keep`): the store decides."""
+
+    def __init__(self, store, keep: int | None, best: bool):
+        self.store, self.keep, self.best = store, keep, best
+
+    def after_report(self, run_context, metrics: list[dict], checkpoint) -> None:
+        if checkpoint is not None:
+            self.store.register(checkpoint.path)
+            self.store.prune(self.keep, self.best)

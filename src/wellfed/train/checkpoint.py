@@ -1,13 +1,17 @@
 """The checkpoint layout, named once: what one training checkpoint directory holds.
 
-    model.pt          the model's state dict (unwrapped from DDP)
+    model.pt          the model's state dict (unwrapped from DDP; LoRA adapters unmerged, so a
+                      resume goes on training them): the weights, stored once
     optim.pt          optimizer, LR scheduler and GradScaler state
     train_state.json  step, epoch and sampler position, the per-step history so far and the
                       best validation so far (train/selection.py)
-    hf_model/         the final checkpoint only (the last step, or an early stop): a Hugging
-                      Face model directory (safetensors), LoRA adapters merged into the weights;
-                      other checkpoints are exported from model.pt (train/driver.py)
     profile/          the final checkpoint only, when train.profile_steps is set: the trace
+    manifest.json     every other file's size and sha256, written last (train/store.py)
+    registered        written by the driver once it has the checkpoint's report (train/store.py)
+    hf_model/         a completed run's kept checkpoint only, instead of model.pt and optim.pt:
+                      hard links to the exported model's files (train/store.py, `complete`)
+
+The exported Hugging Face model (data/model) is made from model.pt (train/export.py).
 """
 
 from __future__ import annotations
@@ -21,8 +25,16 @@ import torch
 MODEL = "model.pt"
 OPTIM = "optim.pt"
 STATE = "train_state.json"
-HF_MODEL = "hf_model"
 PROFILE = "profile"
+MANIFEST = "manifest.json"
+REGISTERED = "registered"
+HF_MODEL = "hf_model"
+RERUN = ("rerun `dvc repro`: it checks the checkpoints against their manifests and resumes from "
+         "the newest good one (delete this one first if it passes)")
+
+
+class Damaged(Exception):
+    """A checkpoint that cannot be read: str() names its folder and what failed, in one line."""
 
 
 def unwrap(model):
@@ -35,12 +47,8 @@ def save(directory: Path, s, state: dict, final: bool, profile_dir: Path | None)
     torch.save({"optimizer": s.optimizer.state_dict(), "scheduler": s.scheduler.state_dict(),
                 "scaler": s.scaler.state_dict()}, directory / OPTIM)
     (directory / STATE).write_text(json.dumps(state))
-    if final:
-        # In place (see save_hf): this is the run's last step, model.pt above keeps the adapters
-        # for a resume.
-        save_hf(unwrap(s.model), directory / HF_MODEL)
-        if profile_dir and any(profile_dir.iterdir()):
-            shutil.copytree(profile_dir, directory / PROFILE)
+    if final and profile_dir and any(profile_dir.iterdir()):
+        shutil.copytree(profile_dir, directory / PROFILE)
 
 
 def save_hf(model, directory: Path) -> None:
@@ -53,12 +61,24 @@ def save_hf(model, directory: Path) -> None:
     model.save_pretrained(directory, safe_serialization=True)
 
 
+def weights(directory: Path) -> dict:
+    """The state dict in `directory`'s model.pt; Damaged in one line when torch cannot read it."""
+    try:
+        # weights_only=True: a checkpoint never gets to run code on load.
+        return torch.load(directory / MODEL, map_location="cpu", weights_only=True)
+    except (RuntimeError, OSError, EOFError) as err:
+        raise Damaged(f"checkpoint {directory}: {MODEL} cannot be read ({one_line(err)}); "
+                      f"{RERUN}") from None
+
+
 def load(directory: Path, s) -> dict:
     """Restore Setup `s` from a checkpoint; return its training state."""
-    # weights_only=True: a checkpoint never gets to run code on load.
-    unwrap(s.model).load_state_dict(torch.load(directory / MODEL, map_location="cpu",
-                                               weights_only=True))
-    optim = torch.load(directory / OPTIM, map_location="cpu", weights_only=True)
+    unwrap(s.model).load_state_dict(weights(directory))
+    try:
+        optim = torch.load(directory / OPTIM, map_location="cpu", weights_only=True)
+    except (RuntimeError, OSError, EOFError) as err:
+        raise Damaged(f"checkpoint {directory}: {OPTIM} cannot be read ({one_line(err)}); "
+                      f"{RERUN}") from None
     s.optimizer.load_state_dict(optim["optimizer"])
     s.scheduler.load_state_dict(optim["scheduler"])
     s.scaler.load_state_dict(optim["scaler"])
@@ -67,3 +87,9 @@ def load(directory: Path, s) -> dict:
 
 def read_state(directory: Path) -> dict:
     return json.loads((directory / STATE).read_text())
+
+
+def one_line(err: BaseException) -> str:
+    """torch's reading errors run to 5 sentences of advice; the first says what failed."""
+    text = str(err).strip().splitlines()
+    return text[-1].split(". ")[0] if text else type(err).__name__

@@ -81,10 +81,19 @@ class Stopped(Exception):
 
 
 class StopFlag:
-    """One per run: workers hold a pending `wait()` call that the driver's `request()` resolves."""
+    """One per run: workers hold a pending `wait()` call that the driver's `request()` resolves.
+    It also keeps the first permanent error a worker hit (`fail`, train/worker.py): the workers
+    Ray restarts after it read `failure()` and return at once, and the driver raises it."""
 
     def __init__(self):
         self.requested = asyncio.Event()
+        self.failed: str | None = None
+
+    async def fail(self, line: str) -> None:
+        self.failed = self.failed or line
+
+    async def failure(self) -> str | None:
+        return self.failed
 
     async def wait(self) -> bool:
         await self.requested.wait()

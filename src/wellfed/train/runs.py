@@ -3,10 +3,10 @@ live, whether it resumes, and what is cleaned up when it completes.
 
 Resuming is deliberate: Ray resumes any run whose storage path and name are reused, so the name
 is a hash of everything that defines the run's result (train/model params and the token files).
-Unchanged inputs after an interrupted run -> resume from its last registered checkpoint into the
-same MLflow run; changed inputs -> a new name, a fresh start. A completed run's directory is
-cleared before a forced re-run. The run file (`wellfed_run.json` beside Ray's own records) holds
-the MLflow run id and whether the run completed.
+Unchanged inputs after an interrupted run -> resume from its newest good checkpoint
+(train/store.py) into the same MLflow run; changed inputs -> a new name, a fresh start. A
+completed run's directory is cleared before a forced re-run. The run file (`wellfed_run.json`,
+beside the store's launch folders) holds the MLflow run id and whether the run completed.
 
 That name is a key, not a title: MLflow shows a run by its `title` (the DVC experiment's name,
 or a summary of the recipe) and keeps the key and the full hash as tags.
@@ -20,11 +20,9 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import pyarrow.fs as pafs
-
 from wellfed.config import ModelConfig, TrainConfig
 from wellfed.data import staging
-from wellfed.train import checkpoint
+from wellfed.outputs import write_fault
 
 RUN_FILE = "wellfed_run.json"
 TRACEBACK = "traceback.txt"
@@ -37,9 +35,9 @@ class Run:
     """One training run's identity and storage."""
 
     name: str
-    """wf-<hash>: also Ray's run name, so reusing it resumes."""
+    """wf-<hash>: the run's folder under `storage_uri`, so reusing it resumes."""
     storage_uri: str
-    """Where Ray keeps the run's checkpoints (a local folder or shared storage)."""
+    """Where the run's checkpoints are kept (a local folder or shared storage)."""
     data_hash: str
     """sha256 of the train and validation token files."""
     resume_id: str | None
@@ -86,7 +84,9 @@ def run_name(train: TrainConfig, model: ModelConfig, data_hash: str) -> str:
 
 
 def run_hash(train: TrainConfig, model: ModelConfig, data_hash: str) -> str:
-    key = json.dumps([asdict(train), asdict(model), data_hash], sort_keys=True)
+    """Not train.keep_checkpoints: it decides which files stay, not what is trained."""
+    recipe = {k: v for k, v in asdict(train).items() if k != "keep_checkpoints"}
+    key = json.dumps([recipe, asdict(model), data_hash], sort_keys=True)
     return hashlib.sha256(key.encode()).hexdigest()
 
 
@@ -114,39 +114,14 @@ def prepare_storage(storage_uri: str, name: str) -> str | None:
     return None
 
 
-def resume_step(storage_uri: str, name: str) -> int | None:
-    """The step of the checkpoint Ray will resume from: the latest one its checkpoint manager
-    registered (a checkpoint directory written but never registered is not used)."""
-    fs, root = staging.filesystem(storage_uri)
-    try:
-        with fs.open_input_stream(f"{root}/{name}/checkpoint_manager_snapshot.json") as f:
-            latest = json.loads(f.read())["latest_checkpoint_result"]["checkpoint_dir_name"]
-        with fs.open_input_stream(f"{root}/{name}/{latest}/{checkpoint.STATE}") as f:
-            return int(json.loads(f.read())["step"])
-    except (OSError, KeyError, TypeError, ValueError):
-        return None
-
-
 def write_run_file(storage_uri: str, name: str, run_id: str, complete: bool) -> None:
     fs, root = staging.filesystem(storage_uri)
-    fs.create_dir(f"{root}/{name}", recursive=True)
-    with fs.open_output_stream(f"{root}/{name}/{RUN_FILE}") as f:
-        f.write(json.dumps({"mlflow_run_id": run_id, "complete": complete}).encode())
-
-
-def remove_orphans(storage_uri: str, name: str, *keep: str) -> int:
-    """Delete checkpoint directories Ray never registered (a worker died while writing them)
-    and superseded ones; keep only the checkpoints `keep` (the final one, and the exported one
-    when that differs). Returns how many were removed."""
-    fs, root = staging.filesystem(storage_uri)
-    kept = {path.rstrip("/").rsplit("/", 1)[-1] for path in keep}
-    removed = 0
-    for info in fs.get_file_info(pafs.FileSelector(f"{root}/{name}", allow_not_found=True)):
-        if info.type == pafs.FileType.Directory and info.base_name.startswith("checkpoint_") \
-                and info.base_name not in kept:
-            fs.delete_dir(info.path)
-            removed += 1
-    return removed
+    try:
+        fs.create_dir(f"{root}/{name}", recursive=True)
+        with fs.open_output_stream(f"{root}/{name}/{RUN_FILE}") as f:
+            f.write(json.dumps({"mlflow_run_id": run_id, "complete": complete}).encode())
+    except OSError as err:
+        raise write_fault(f"{root}/{name}", err, "then rerun `dvc repro`") from None
 
 
 def mark_complete(info: dict, run_id: str) -> None:

@@ -1,5 +1,16 @@
 """The Ray Train adapter: Ray's context in, `ray.train.report` out. The loop itself (loop.train)
-knows nothing of Ray; going distributed is this file."""
+knows nothing of Ray; going distributed is this file.
+
+Checkpoints: rank 0 reports each one with `checkpoint_upload_fn`, so wellfed's store
+(train/store.py) writes it (temporary name, manifest, rename) into this fit's launch folder and
+Ray registers what the store wrote. A worker starts from `ray.train.get_checkpoint()`, the
+latest one Ray registered (after a worker restart), else from the store's checkpoint the driver
+checked (`config["resume"]`: Ray V2 leaves a run's first checkpoint to the train function).
+
+An error no retry can fix (a damaged checkpoint, a bad value, a full or read-only folder) is
+told to the driver's StopFlag before it is raised; the worker group Ray restarts for it
+(`ray.max_failures`) then returns at once, and the driver raises the first error's line.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +20,16 @@ from pathlib import Path
 
 import torch
 
+from wellfed.outputs import unwritable
+from wellfed.train import selection
+from wellfed.train.checkpoint import Damaged
 from wellfed.train.loop import Place, TrainJob, train
 from wellfed.train.preemption import StopCheck
+
+
+def permanent(err: BaseException) -> bool:
+    """Whether a retry from the last checkpoint would fail the same way."""
+    return isinstance(err, (ValueError, Damaged)) or unwritable(err)
 
 
 def train_loop_per_worker(config: dict) -> None:
@@ -19,9 +38,13 @@ def train_loop_per_worker(config: dict) -> None:
     import ray.train.torch
     from transformers.utils import logging as hf_logging
 
+    flag = config.get("stop_flag")
+    if flag is not None and ray.get(flag.failure.remote()):
+        return  # an earlier attempt hit a permanent error: the driver raises its line
     hf_logging.disable_progress_bar()  # the driver shows progress; workers stay quiet
     torch.set_num_threads(config["threads"])
     job: TrainJob = config["job"]
+    store, launch = config["store"], config["launch"]
     if config.get("tokens_uri"):  # multi-node: this node's local copy of the staged files
         from wellfed.data.staging import localize
 
@@ -32,11 +55,29 @@ def train_loop_per_worker(config: dict) -> None:
                   ray.get_runtime_context().get_node_id())
 
     def report(metrics: dict, directory: Path | None) -> None:
-        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory)
-                         if directory else None)
+        if directory is None:
+            ray.train.report(metrics)
+            return
+        step, rank = metrics["records"][-1]["step"], metrics.get(selection.RANK_KEY, 0)
 
-    saved = ray.train.get_checkpoint()
-    stop = StopCheck(config.get("stop_flag"))  # SIGTERM/SIGINT on the driver: preemption.py
-    with saved.as_directory() if saved else contextlib.nullcontext() as resume:
-        train(job, place, report, resume=Path(resume) if resume else None,
-              wrap=ray.train.torch.prepare_model, stop=stop.check)
+        def upload(ckpt, name: str):
+            return ray.train.Checkpoint(store.commit(Path(ckpt.path), launch, step, rank),
+                                        filesystem=store.fs)
+
+        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory),
+                         checkpoint_upload_fn=upload)
+
+    # Ray V2's way to start from a given checkpoint: the latest one Ray registered in this fit
+    # (after a worker restart), else the one the driver passed (what the store found good).
+    saved = ray.train.get_checkpoint() or config.get("resume")
+    stop = StopCheck(flag)  # SIGTERM/SIGINT on the driver: preemption.py
+    try:
+        with saved.as_directory() if saved else contextlib.nullcontext() as resume:
+            train(job, place, report, resume=Path(resume) if resume else None,
+                  wrap=ray.train.torch.prepare_model, stop=stop.check)
+    except Exception as err:
+        if flag is not None and permanent(err):
+            from wellfed.train.failures import RAY_LOGS, message
+
+            ray.get(flag.fail.remote(message(place.rank, err, RAY_LOGS)))
+        raise

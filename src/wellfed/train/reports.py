@@ -1,0 +1,67 @@
+"""The train stage's reports: history CSVs that `dvc plots` draws, plots, the diagnosis, and the
+headline figures (data/train/metrics.json), under the names MLflow shows them by."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from wellfed import tracking
+from wellfed.config import DataConfig, TrainConfig
+from wellfed.outputs import atomic_path, write_json
+
+
+def summarize(history: list[dict], seconds: float, figures, best: dict | None = None) -> dict:
+    """The train stage's headline figures, under the names MLflow shows them by: the last
+    validation (`val/*`, whose latest MLflow value is the same number), the step of the best
+    one (`train/best_step`, from the `best` record), the run's training wall time over all its
+    processes and its rows, and the run's means over report intervals from the diagnosis
+    `figures` (a `RunFigures`). Aggregations: docs/compare.md, "Headline metrics"."""
+    evals = [h for h in history if "val/loss" in h]
+    out = {k: v for k, v in evals[-1].items() if k.startswith("val/")} if evals else {}
+    if best and best.get("step"):
+        out["train/best_step"] = best["step"]
+    return {**out, "train/seconds": round(seconds, 1),
+            "train/rows": int(sum(h["rows"] for h in history)),
+            "train/real_tokens_per_s": figures.real_tokens_per_s,
+            "train/padding_efficiency": figures.padding_efficiency,
+            "train/input_wait_share": figures.input_wait_share, "train/mfu": figures.mfu}
+
+
+def write_history(history: list[dict], perf: list[dict], directory: Path) -> None:
+    """CSV files that `dvc plots show` draws: per-step loss/lr, validation points, and the
+    throughput curve `perf` (tracking.metric_table of tracking.PERF_CURVE: MLflow's own figures
+    under MLflow's names)."""
+    import pandas as pd
+
+    frame = pd.DataFrame(history)
+    with atomic_path(directory, is_dir=True) as tmp:
+        frame[["step", "loss", "lr", "grad_norm"]].to_csv(tmp / "steps.csv", index=False)
+        pd.DataFrame(perf).to_csv(tmp / "perf.csv", index=False)
+        if "val/loss" in frame:  # the task's figures: val_accuracy, val_macro_f1, val_pearson...
+            keys = [k for k in frame if k.startswith("val/")]
+            val = frame.dropna(subset=["val/loss"])[["step", *keys]]
+            val.rename(columns={k: k.replace("/", "_") for k in keys}).to_csv(
+                tmp / "validation.csv", index=False)
+
+
+def write_reports(history: list[dict], uri: str, run_id: str, out: Path, data_cfg: DataConfig,
+                  train_cfg: TrainConfig):
+    """The train stage's reports under `out` (history/*.csv, plots/, diagnosis.md/.json), the
+    plots and the diagnosis also in the MLflow run; return (the diagnosis text, its figures)."""
+    from wellfed.telemetry import diagnosis, plots
+
+    write_history(history, tracking.metric_table(uri, run_id, tracking.PERF_CURVE),
+                  out / "history")
+    with atomic_path(out / "plots", is_dir=True) as tmp:
+        plots.plot_history(out / "history", tmp)
+    tracking.log_artifacts(uri, run_id, out / "plots", "plots")
+    figures = diagnosis.figures_from_history(
+        tracking.metric_histories(uri, run_id, ("workers/", "worker")),
+        data_cfg.loader_workers, train_cfg.micro_batch_size)
+    text, diag = diagnosis.report(figures)
+    with atomic_path(out / "diagnosis.md") as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    write_json(out / "diagnosis.json", diag)
+    tracking.log_text(uri, run_id, text, "diagnosis.md")
+    return text, figures
+

@@ -1,0 +1,331 @@
+"""wellfed's checkpoint store: one training run's checkpoints, in a local folder or on shared
+storage (a pyarrow.fs URI), the same for both engines (in-process and Ray Train).
+
+    <storage>/<run>/                      the run folder (train/runs.py: its name, wellfed_run.json)
+      01-in_process/                      a launch: one stage process's training, in-process or one
+      02-ray_train/                         Ray Train fit (then also Ray's run folder)
+        launch.json                       engine, start time, and its seconds once it ends
+        checkpoint_000040/                complete: train/checkpoint.py's files + manifest.json,
+                                          and `registered` once its report reached the driver
+        .checkpoint_000050.tmp-<hex>/     being written: never read, removed by the next launch
+      damaged-02-checkpoint_000050/       failed its check on a resume: moved aside, kept until
+                                          the run completes
+
+A checkpoint is written under a temporary name, its manifest (every file's size and sha256)
+last, and renamed when complete, so a folder named `checkpoint_*` is whole unless something
+damaged it afterwards (a disk error, a partial copy). Object stores have no rename: there the
+files go to the final name and the manifest, written last, is what marks it complete.
+A checkpoint counts once its report has reached the driver, which logged its steps to MLflow
+and then marks it `registered` (`register`): a resume from one whose report was lost (the
+driver killed meanwhile) would leave those steps out of the MLflow run forever. A resume checks
+the newest registered checkpoint against its manifest (`recover`), moves a damaged one aside
+and says so in one line, and resumes from the newest good one.
+
+Why a folder per launch: Ray Train reloads the records of a run folder it has seen before and
+fails when a checkpoint they list is gone (pruned, moved aside, deleted by hand). A fit of its
+own never reloads anything: its workers start from what this store found good (train/worker.py),
+and Ray registers every checkpoint this store writes for it (`ray.train.report(
+checkpoint_upload_fn=...)`), so a worker restart (`ray.max_failures`) resumes from the latest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import re
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import pyarrow.fs as pafs
+
+from wellfed.data import staging
+from wellfed.disk import file_sha256, link_tree
+from wellfed.outputs import write_fault
+from wellfed.train import checkpoint
+
+LAUNCH = re.compile(r"(\d{2,})-(in_process|ray_train)")
+ENTRY = re.compile(r"checkpoint_(\d+)")
+LAUNCH_FILE = "launch.json"
+CHUNK = 8 << 20  # sha256 runs at ~0.5-1 GB/s here: hashing 87 MB (MiniLM fp32) costs ~0.1-0.2 s
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One checkpoint folder of the run."""
+
+    path: str
+    """Its path on the store's filesystem."""
+    launch: str
+    """The launch folder holding it ('' for a folder at the run's top: an older wellfed's)."""
+    step: int
+
+    @property
+    def name(self) -> str:
+        return self.path.rsplit("/", 1)[-1]
+
+
+def dir_name(step: int) -> str:
+    """A checkpoint's folder name: zero-padded, so names sort as steps do."""
+    return f"checkpoint_{step:06d}"
+
+
+class Store:
+    """The checkpoints of run `name` under `storage_uri` (a folder or a pyarrow.fs URI)."""
+
+    def __init__(self, storage_uri: str, name: str):
+        self.uri, self.name = storage_uri, name
+        self.fs, root = staging.filesystem(storage_uri)
+        self.dir = f"{root}/{name}"
+        # Local folders (NFS included) rename; object stores (s3://, gs://) do not.
+        self.renames = isinstance(self.fs, pafs.LocalFileSystem)
+
+    def _children(self, path: str) -> list[pafs.FileInfo]:
+        return sorted((i for i in self.fs.get_file_info(pafs.FileSelector(
+            path, allow_not_found=True)) if i.type == pafs.FileType.Directory),
+            key=lambda i: i.base_name)
+
+    def launches(self) -> list[str]:
+        return [i.base_name for i in self._children(self.dir) if LAUNCH.fullmatch(i.base_name)]
+
+    def open_launch(self, engine: str) -> str:
+        """A new launch folder for this process's training (`engine`: in_process or ray_train);
+        returns its name."""
+        numbers = [int(LAUNCH.fullmatch(n).group(1)) for n in self.launches()]
+        name = f"{max(numbers, default=0) + 1:02d}-{engine}"
+        try:
+            self.fs.create_dir(f"{self.dir}/{name}", recursive=True)
+            self._write_json(f"{self.dir}/{name}/{LAUNCH_FILE}",
+                             {"engine": engine, "started": time.time()})
+        except OSError as err:
+            raise write_fault(self.dir, err, "then rerun `dvc repro`") from None
+        return name
+
+    def close_launch(self, launch: str, seconds: float) -> None:
+        """Record the launch's training seconds (train/seconds sums them over a run's launches)."""
+        path = f"{self.dir}/{launch}/{LAUNCH_FILE}"
+        with contextlib.suppress(OSError, ValueError):  # a diagnostic: never the stage's failure
+            self._write_json(path, {**self._read_json(path), "seconds": round(seconds, 3)})
+
+    def seconds_before(self) -> float:
+        """The training seconds of the run's launches so far. One killed outright (SIGKILL, a
+        lost node) never recorded its own: it counts until its newest checkpoint."""
+        total = 0.0
+        for launch in self.launches():
+            with contextlib.suppress(OSError, ValueError):
+                record = self._read_json(f"{self.dir}/{launch}/{LAUNCH_FILE}")
+                if "seconds" in record:
+                    total += record["seconds"]
+                    continue
+                written = [self._read_json(f"{e.path}/{checkpoint.MANIFEST}")["written"]
+                           for e in self.entries() if e.launch == launch]
+                total += max(written, default=record["started"]) - record["started"]
+        return total
+
+    def entries(self) -> list[Entry]:
+        """Every checkpoint folder, oldest first (by step, then launch). Folders at the run's
+        top come from an older wellfed (Ray's layout, no manifest): `recover` says so."""
+        found = [Entry(i.path, "", -1) for i in self._children(self.dir)
+                 if i.base_name.startswith("checkpoint_")]
+        for launch in self.launches():
+            for info in self._children(f"{self.dir}/{launch}"):
+                if match := ENTRY.fullmatch(info.base_name):
+                    found.append(Entry(info.path, launch, int(match.group(1))))
+        return sorted(found, key=lambda e: (e.step, e.launch))
+
+    def latest(self) -> Entry | None:
+        """The newest registered checkpoint, unchecked (what a resume would try first)."""
+        found = [e for e in self.entries() if self.registered(e)]
+        return found[-1] if found else None
+
+    def register(self, path: str) -> None:
+        """The driver has the report of the checkpoint at `path` (its steps are in MLflow)."""
+        try:
+            self._write_json(f"{path}/{checkpoint.REGISTERED}", {"at": time.time()})
+        except OSError as err:
+            raise write_fault(self.dir, err, "then rerun `dvc repro` to resume from the last "
+                              "checkpoint") from None
+
+    def registered(self, entry: Entry) -> bool:
+        return staging.exists(self.fs, f"{entry.path}/{checkpoint.REGISTERED}")
+
+    def commit(self, local: Path, launch: str, step: int, rank: int) -> str:
+        """Copy the checkpoint the loop wrote in `local` into `launch` as step `step` (with
+        its selection `rank`, train/selection.py): files, then the manifest, then the rename.
+        Returns its path. A folder that cannot be written: WriteFault, nothing left behind."""
+        final = f"{self.dir}/{launch}/{dir_name(step)}"
+        tmp = f"{self.dir}/{launch}/.{dir_name(step)}.tmp-{uuid.uuid4().hex[:8]}"
+        into = tmp if self.renames else final
+        try:
+            self.fs.create_dir(into, recursive=True)
+            files = {}
+            for path in sorted(local.rglob("*")):
+                if path.is_dir():  # profile/: object stores need no folders, local ones do
+                    self.fs.create_dir(f"{into}/{path.relative_to(local).as_posix()}")
+                else:
+                    rel = path.relative_to(local).as_posix()
+                    files[rel] = self._copy(path, f"{into}/{rel}")
+            self._write_json(f"{into}/{checkpoint.MANIFEST}", {
+                "step": step, "rank": rank, "written": time.time(), "files": files})
+            if self.renames:
+                if staging.exists(self.fs, final):  # redone after a worker restart: same step
+                    self.fs.delete_dir(final)
+                self.fs.move(tmp, final)
+        except OSError as err:
+            with contextlib.suppress(OSError):
+                self.fs.delete_dir(into)
+            raise write_fault(self.dir, err, "then rerun `dvc repro` to resume from the last "
+                              "checkpoint") from None
+        return final
+
+    def _copy(self, source: Path, dest: str) -> dict:
+        digest, size = hashlib.sha256(), 0
+        with open(source, "rb") as f, self.fs.open_output_stream(dest) as out:
+            while block := f.read(CHUNK):
+                digest.update(block)
+                out.write(block)
+                size += len(block)
+        return {"size": size, "sha256": digest.hexdigest()}
+
+    def problem(self, entry: Entry) -> str | None:
+        """What is wrong with `entry` against its manifest (a missing file, a size, a sha256),
+        in a few words; None when it is whole."""
+        try:
+            manifest = self._read_json(f"{entry.path}/{checkpoint.MANIFEST}")
+        except (OSError, ValueError):
+            why = ("an older wellfed's layout" if not entry.launch else
+                   "an interrupted write on storage without rename")
+            return f"no readable {checkpoint.MANIFEST} ({why})"
+        for name, want in manifest["files"].items():
+            info = self.fs.get_file_info(f"{entry.path}/{name}")
+            if info.type != pafs.FileType.File:
+                return f"{name} is missing"
+            if info.size != want["size"]:
+                return f"{name} has {info.size:,} bytes, its manifest says {want['size']:,}"
+            digest = hashlib.sha256()
+            with self.fs.open_input_stream(f"{entry.path}/{name}") as f:
+                while block := f.read(CHUNK):
+                    digest.update(block)
+            if digest.hexdigest() != want["sha256"]:
+                return f"{name}'s sha256 differs from its manifest's"
+        return None
+
+    def recover(self) -> tuple[Entry | None, str | None]:
+        """Before a resume: the newest registered checkpoint that matches its manifest, and a line
+        that says what was damaged (None when nothing was). Damaged ones are moved aside (deleted
+        on object stores); half-written and unregistered ones are removed. Checking costs a read
+        of the newest checkpoint: ~0.2 s for MiniLM's 350 MB, ~1 min for 7B weights + Adam."""
+        self._remove_partial()
+        damaged = []
+        for entry in reversed(self.entries()):
+            if entry.launch and not self.registered(entry):  # its report was lost: its steps too
+                self.fs.delete_dir(entry.path)
+                continue
+            problem = self.problem(entry)
+            if problem is None:
+                return entry, self._damage_line(damaged, entry)
+            damaged.append((entry, problem))
+            self._set_aside(entry)
+        return None, self._damage_line(damaged, None)
+
+    def _remove_partial(self) -> None:
+        """Remove the `.tmp-` folders of writes a killed process never finished."""
+        for launch in self.launches():
+            for info in self._children(f"{self.dir}/{launch}"):
+                if ".tmp-" in info.base_name:
+                    self.fs.delete_dir(info.path)
+
+    def _damage_line(self, damaged: list, good: Entry | None) -> str | None:
+        if not damaged:
+            return None
+        entry, problem = damaged[0]
+        more = f" (and {len(damaged) - 1} older one(s))" if len(damaged) > 1 else ""
+        then = (f"resuming from {good.path} (step {good.step})" if good else
+                "no good checkpoint is left: starting from step 0")
+        return f"[wellfed] damaged checkpoint {entry.path}: {problem}{more}; moved aside, {then}"
+
+    def _set_aside(self, entry: Entry) -> None:
+        if self.renames:
+            prefix = f"{entry.launch}-" if entry.launch else ""
+            self.fs.move(entry.path, f"{self.dir}/damaged-{prefix}{entry.name}")
+        else:
+            self.fs.delete_dir(entry.path)
+
+    def prune(self, keep: int | None, best: bool) -> int:
+        """While running: keep the `keep` newest checkpoints and, with `best` (train.select:
+        best), the one of the highest selection rank; None keeps all. Returns how many went."""
+        if keep is None:
+            return 0
+        found = self.entries()
+        ranks = {e.path: self._rank(e) if best else 0 for e in found}
+        top = max(found, key=lambda e: (ranks[e.path], e.step, e.launch), default=None)
+        stay = {e.path for e in found[-keep:]} | ({top.path} if top and ranks[top.path] else set())
+        for entry in found:
+            if entry.path not in stay:
+                self.fs.delete_dir(entry.path)
+        return len(found) - len(stay)
+
+    def _rank(self, entry: Entry) -> int:
+        try:
+            return int(self._read_json(f"{entry.path}/{checkpoint.MANIFEST}").get("rank", 0))
+        except (OSError, ValueError):
+            return 0
+
+    def complete(self, chosen: Entry, exported: Path | None) -> int:
+        """The run completed: only `chosen` (the exported checkpoint) stays, without its
+        optimizer state; its weights become hard links to the `exported` model's files where
+        both are on one local filesystem (no bytes), else its model.pt stays. Damaged and
+        superseded checkpoints go. Returns how many checkpoint folders were removed."""
+        removed = 0
+        for info in self._children(self.dir):
+            if info.base_name.startswith(("damaged-", "checkpoint_")):
+                self.fs.delete_dir(info.path)
+                removed += 1
+        for entry in self.entries():
+            if entry.path != chosen.path:
+                self.fs.delete_dir(entry.path)
+                removed += 1
+        self._remove_partial()
+        manifest = self._read_json(f"{chosen.path}/{checkpoint.MANIFEST}")
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.delete_file(f"{chosen.path}/{checkpoint.OPTIM}")
+        manifest["files"].pop(checkpoint.OPTIM, None)
+        if exported is not None and self.renames:
+            links = Path(chosen.path) / checkpoint.HF_MODEL
+            if link_tree(exported, links):
+                self.fs.delete_file(f"{chosen.path}/{checkpoint.MODEL}")
+                manifest["files"].pop(checkpoint.MODEL, None)
+                manifest["files"].update({
+                    f"{checkpoint.HF_MODEL}/{p.relative_to(links).as_posix()}":
+                        {"size": p.stat().st_size, "sha256": file_sha256(p)}
+                    for p in sorted(links.rglob("*")) if p.is_file()})
+        self._write_json(f"{chosen.path}/{checkpoint.MANIFEST}", manifest)
+        return removed
+
+    @contextlib.contextmanager
+    def local(self, entry: Entry) -> Iterator[Path]:
+        """`entry` as a local folder: itself, or a downloaded copy (object stores)."""
+        if self.renames:
+            yield Path(entry.path)
+            return
+        with tempfile.TemporaryDirectory(prefix="wellfed-checkpoint-") as tmp:
+            pafs.copy_files(entry.path, tmp, source_filesystem=self.fs,
+                            destination_filesystem=pafs.LocalFileSystem())
+            yield Path(tmp)
+
+    def state(self, entry: Entry) -> dict:
+        """`entry`'s train_state.json, read in place (no download of the weights)."""
+        return self._read_json(f"{entry.path}/{checkpoint.STATE}")
+
+    def _read_json(self, path: str) -> dict:
+        with self.fs.open_input_stream(path) as f:
+            return json.loads(f.read())
+
+    def _write_json(self, path: str, data: dict) -> None:
+        with self.fs.open_output_stream(path) as f:
+            f.write(json.dumps(data, indent=1).encode())
+
