@@ -22,12 +22,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from wellfed.sweeps import SWEEP_TAG
+
 RUN_ID = re.compile(r"[0-9a-f]{32}")  # MLflow's run ids: uuid4 hex
 MODEL_URI = re.compile(r"models:/([^/@]+)(?:@([\w-]+)|/(\d+))")
 SWEEP = "sweep:"
 """A group spec's prefix: `sweep:<id>` names every run of that sweep."""
-SWEEP_TAG = "wellfed.sweep"
-"""The MLflow tag a sweep's trials carry, its value the sweep's id."""
 
 log = logging.getLogger("wellfed.prediction_sources")
 

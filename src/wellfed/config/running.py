@@ -67,6 +67,11 @@ class MlflowConfig:
     """The registry alias (`models:/<name>@champion`) that evaluate moves to a new version only
     when its headline test figure (eval/macro_f1; regression eval/pearson) beats the alias
     holder's on the same split (same rows, texts and labels); "" = no alias is set."""
+    sweep: str = ""
+    """The sweep this run is a trial of ("" = none): its MLflow run is tagged wellfed.sweep and
+    nested under one parent run `sweep <id>` (the UI shows a sweep as one expandable row), and
+    `wellfed-compare sweep:<a> sweep:<b>` compares two sweeps over their seeds. Set it on each
+    queued variant: `dvc exp run --queue -S mlflow.sweep=lr-grid -S train.lr=...`."""
 
     def model_name(self) -> str:
         """The registered model name: `registered_model`, else derived from the experiment."""
@@ -83,6 +88,9 @@ class MlflowConfig:
                       or alias.lower() == "latest" or re.fullmatch(r"[vV]\d+", alias)):
             out.append(f"mlflow.champion_alias must be letters, digits, '_' or '-', not 'latest' "
                        f"nor a version like 'v3'; got {alias!r}: e.g. champion, or \"\" for none")
+        if self.sweep and not re.fullmatch(r"[A-Za-z0-9._-]{1,100}", self.sweep):
+            out.append(f"mlflow.sweep must be letters, digits, '.', '_' or '-' (it is searched "
+                       f"for in MLflow); got {self.sweep!r}: e.g. lr-grid")
         return out
 
 

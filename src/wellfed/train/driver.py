@@ -26,6 +26,7 @@ from wellfed.data.shards import TokenFile
 from wellfed.telemetry.phases import Phases
 from wellfed.train import failures, preemption, runs, selection
 from wellfed.train.mlflow_run import derived_tags, marked_failed, open_run
+from wellfed.train.placement import SHARED_GPUS, fit_placed, placed, queued
 from wellfed.train.preflight import check_request, check_resources, in_process, local_gpu
 from wellfed.train.store import Entry, Store
 
@@ -210,6 +211,8 @@ def fit_in_process(job: TrainJob, run: runs.Run, store: Store, resume: Entry | N
     use_gpu = local_gpu(ray_cfg)
     check_resources(ray_cfg, use_gpu, [{"CPU": os.cpu_count() or 1, "GPU": dev.gpu_count()}],
                     "this machine")
+    if use_gpu and queued():
+        print(SHARED_GPUS, flush=True)
     log.info("in process: 1 worker on %s with %d thread(s), no Ray started (ray.in_process: "
              "auto; a cluster or more workers run on Ray Train)", "cuda:0" if use_gpu else "cpu",
              ray_cfg.cpus_per_worker)
@@ -297,6 +300,9 @@ def fit(*, tokens_dir: Path, model_source: str, labels: list[str], pad_id: int, 
     if in_process(ray_cfg):
         run_id, backlog = fit_in_process(job, run, store, resume, ray_cfg, opened, uri, storage,
                                          clock)
+    elif placed(ray_cfg):  # one worker on a cluster: one Ray task where Ray places it
+        run_id, backlog = fit_placed(job, run, store, resume, ray_cfg, tokens_dir, opened, uri,
+                                     clock)
     else:
         run_id, backlog = fit_on_ray(job, run, store, resume, ray_cfg, tokens_dir, opened, uri,
                                      clock)

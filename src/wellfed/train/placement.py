@@ -77,3 +77,97 @@ def run_placed(fn: Callable, *args, need: dict[str, float], label: str = "trial"
 def _placed(label: str, fn: Callable, *args):
     print(f"[wellfed] {label}: placed by Ray on {where()}", flush=True)
     return fn(*args)
+
+
+def queued() -> bool:
+    """Whether this run is a queued `dvc exp run` (DVC runs those in a copy of the project at
+    <project>/.dvc/tmp/exps/<name>), which `dvc queue start -j N` runs N at a time."""
+    from pathlib import Path
+
+    return "/.dvc/tmp/exps/" in Path.cwd().resolve().as_posix() + "/"
+
+
+SHARED_GPUS = ("[wellfed] a queued trial on this machine's cuda:0: `dvc queue start -j N` trials "
+               "all train there; to give each a GPU of its own (or a share: ray.gpus_per_worker "
+               "0.25), start a Ray head once (`ray start --head`) and run the queue with "
+               "RAY_ADDRESS=auto")
+"""Said in-process on a GPU when the run is queued: DVC gives trials no GPU of their own."""
+
+
+def placed(ray_cfg) -> bool:
+    """One worker and a cluster to join (ray.in_process: auto): a placed trial, not Ray Train."""
+    from wellfed.cluster import cluster_address
+
+    return (ray_cfg.in_process == "auto" and ray_cfg.num_workers == 1
+            and bool(cluster_address(ray_cfg)))
+
+
+def fit_placed(job, run, store, resume, ray_cfg, tokens_dir, opened, uri: str, clock):
+    """One worker on a cluster: the in-process loop (train/local.py) in one Ray task that Ray
+    places with `ray.cpus_per_worker` CPUs and `ray.gpus_per_worker` of a GPU. Stops on
+    SIGTERM/Ctrl-C like a Ray Train run (the run's StopFlag actor)."""
+    import ray
+
+    from wellfed.cli import StageError
+    from wellfed.cluster import connect
+    from wellfed.data import staging
+    from wellfed.train import driver, preemption
+    from wellfed.train.mlflow_run import derived_tags, marked_failed
+    from wellfed.train.preflight import wants_gpu
+
+    with clock("ray start"), preemption.daemons_apart():
+        connect(ray_cfg)
+    try:
+        use_gpu = wants_gpu(ray_cfg)
+        need = request(ray_cfg.cpus_per_worker, ray_cfg.gpus_per_worker if use_gpu else 0)
+        if problem := fits_at_all(need, ray.cluster_resources()):
+            raise StageError(problem)
+        tokens = (staging.upload(tokens_dir, run.storage_uri, run.data_hash)[0], run.data_hash
+                  ) if ray_cfg.storage_path else (None, None)
+        with clock("mlflow run start"):
+            run_id, backlog = opened(derived_tags(job, run, ray_cfg, use_gpu, "ray_task"))
+        with marked_failed(uri, run_id):
+            launch = store.open_launch("ray_task")
+        flag = preemption.new_stop_flag()
+        args = (job, store, launch, resume, driver.kept_while_running(job.train), use_gpu,
+                ray_cfg.cpus_per_worker, uri, run_id, str(backlog), flag, *tokens)
+        try:
+            with clock("train"):
+                preemption.run_stoppable(
+                    lambda: run_placed(trial, *args, need=need, label=f"run {run.name}"),
+                    flag.request.remote, lambda: driver.latest_step(store),
+                    driver.planned_steps(job))
+        except KeyboardInterrupt:
+            raise driver.interrupted(run, store) from None
+        finally:
+            store.close_launch(launch, clock.seconds.get("train", 0.0))
+    finally:
+        with clock("ray stop"):
+            ray.shutdown()
+    return run_id, backlog
+
+
+def trial(job, store, launch, resume, keep, use_gpu, threads, uri, run_id, backlog, flag,
+          tokens_uri, tokens_hash):
+    """Inside the placed task: the in-process loop on the GPU Ray gave it (cuda:0 under Ray's
+    CUDA_VISIBLE_DEVICES; the CPU where there is no real one), reporting into the MLflow run."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    import torch
+
+    from wellfed import tracking
+    from wellfed.train import local
+    from wellfed.train.callback import MlflowCallback, retries_restored
+    from wellfed.train.preemption import StopCheck
+
+    if tokens_uri:  # multi-node: this node's copy of the staged token files
+        from wellfed.data.staging import localize
+
+        job = dataclasses.replace(job, tokens_dir=localize(tokens_uri, tokens_hash))
+    stop = StopCheck(flag)
+    tracking.set_tags(uri, run_id, {"derived.placement": where()})
+    with retries_restored():
+        local.fit(job, store, launch, MlflowCallback(uri, run_id, backlog), resume=resume,
+                  keep=keep, use_gpu=use_gpu and torch.cuda.is_available(), threads=threads,
+                  stop=SimpleNamespace(is_set=stop.check))

@@ -48,7 +48,7 @@ from wellfed.disk import file_sha256, link_tree
 from wellfed.outputs import write_fault
 from wellfed.train import checkpoint
 
-LAUNCH = re.compile(r"(\d{2,})-(in_process|ray_train)")
+LAUNCH = re.compile(r"(\d{2,})-(in_process|ray_train|ray_task)")
 ENTRY = re.compile(r"checkpoint_(\d+)")
 LAUNCH_FILE = "launch.json"
 CHUNK = 8 << 20  # sha256 runs at ~0.5-1 GB/s here: hashing 87 MB (MiniLM fp32) costs ~0.1-0.2 s
@@ -93,8 +93,8 @@ class Store:
         return [i.base_name for i in self._children(self.dir) if LAUNCH.fullmatch(i.base_name)]
 
     def open_launch(self, engine: str) -> str:
-        """A new launch folder for this process's training (`engine`: in_process or ray_train);
-        returns its name."""
+        """A new launch folder for this process's training (`engine`: in_process, ray_task or
+        ray_train); returns its name."""
         numbers = [int(LAUNCH.fullmatch(n).group(1)) for n in self.launches()]
         name = f"{max(numbers, default=0) + 1:02d}-{engine}"
         try:
