@@ -425,7 +425,7 @@ def accuracy(ctx: dict, save) -> dict:
 
 
 def first_rows(texts, labels, ctx, tag: str):
-    from wellfed.data.shards import TokenFile, write_token_file
+    from wellfed.data.token_files import TokenFile, write_token_file
     from wellfed.data.tokenization import SplitTokenizer
 
     parquet = harness.write_parquet(ctx["tmp"] / f"{tag}.parquet", list(texts), labels)

@@ -344,7 +344,7 @@ def autobatch_and_compile(texts_all, labels_all, tokenizer, tmp: Path, sampler,
 
 def token_rows(texts_all, labels_all, tokenizer, tmp: Path, rows: int):
     """SST-2 train rows (a seeded sample of `rows`, 0 = all) as a token file, as the cases use."""
-    from wellfed.data.shards import TokenFile, write_token_file
+    from wellfed.data.token_files import TokenFile, write_token_file
     from wellfed.data.tokenization import SplitTokenizer
 
     pick = (np.sort(np.random.default_rng(SEED).choice(len(texts_all), rows, replace=False))
@@ -386,7 +386,7 @@ def main() -> None:
     harness.require_sst2(NAME)
     clock = harness.Clock()
     import datasets
-    from wellfed.data.shards import TokenFile, write_token_file
+    from wellfed.data.token_files import TokenFile, write_token_file
     from wellfed.data.tokenization import SplitTokenizer
 
     datasets.disable_progress_bars()

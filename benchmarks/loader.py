@@ -60,7 +60,7 @@ def main() -> None:
     import torch
     from transformers import AutoTokenizer, DataCollatorWithPadding
     from wellfed.data.batching import BatchSpec, iterate_steps
-    from wellfed.data.shards import TokenFile, write_token_file
+    from wellfed.data.token_files import TokenFile, write_token_file
     from wellfed.data.tokenization import SplitTokenizer
 
     torch.set_num_threads(harness.THREADS)

@@ -137,7 +137,7 @@ def pipeline(tmp: Path, rows: int) -> dict:
 
 def token_batch(index: int, rows: int):
     """Batch `index` of (b): always the same ids for the same index."""
-    from wellfed.data.shards import TokenBatch
+    from wellfed.data.token_files import TokenBatch
 
     rng = np.random.default_rng(index)
     start = index * TOKEN_BATCH
@@ -150,7 +150,7 @@ def write_tokens_child(path: str, rows: int) -> None:
     """Runs in a fresh interpreter: writes the token file of (b), prints its figures."""
     import resource
 
-    from wellfed.data.shards import write_token_file
+    from wellfed.data.token_files import write_token_file
 
     batches = (token_batch(i, min(TOKEN_BATCH, rows - i * TOKEN_BATCH))
                for i in range(-(-rows // TOKEN_BATCH)))
@@ -174,7 +174,7 @@ def gathers_per_s(data, seed: int) -> float:
 
 
 def token_file(tmp: Path, rows: int) -> dict:
-    from wellfed.data.shards import TokenFile
+    from wellfed.data.token_files import TokenFile
 
     path = tmp / "big.arrow"
     proc = subprocess.run([sys.executable, __file__, "--write-tokens", str(path), str(rows)],
@@ -220,7 +220,7 @@ def list_32_bit_copy(data, path: Path):
     """The same rows with 32-bit list offsets (the format before large_list), as TokenFile."""
     import pyarrow as pa
 
-    from wellfed.data.shards import TokenFile
+    from wellfed.data.token_files import TokenFile
 
     ids = pa.ListArray.from_arrays(pa.array(data.offsets.astype(np.int32)), pa.array(data.values))
     batch = pa.record_batch([ids, pa.array(data.labels), pa.array(data.lengths),

@@ -46,7 +46,7 @@ def main() -> None:
 
     from wellfed.config import TrainConfig
     from wellfed.data.batching import iterate_steps
-    from wellfed.data.shards import TokenFile, write_token_file
+    from wellfed.data.token_files import TokenFile, write_token_file
     from wellfed.data.tokenization import SplitTokenizer
     from wellfed.telemetry.gpu import DeviceSampler
     from wellfed.telemetry.meter import StepMeter

@@ -60,7 +60,7 @@ TARGET_RSS_GROWTH = 0.10
 
 
 def run_wellfed(tokenizer, parquet: Path, out: Path) -> int:
-    from wellfed.data.shards import write_token_file
+    from wellfed.data.token_files import write_token_file
     from wellfed.data.tokenization import SplitTokenizer
 
     os.environ["TOKENIZERS_PARALLELISM"] = "true"  # the Rust tokenizer reads it at each call
@@ -73,7 +73,7 @@ def run_today(tokenizer, parquet: Path, out: Path) -> int:
     """The stage before: one batch encoded after another, the tokenizer on one core."""
     import pyarrow.parquet as pq
 
-    from wellfed.data.shards import TokenBatch, write_token_file
+    from wellfed.data.token_files import TokenBatch, write_token_file
     from wellfed.data.tokenization import SplitTokenizer
 
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
@@ -149,7 +149,7 @@ def synthetic_parquet(path: Path, texts: list[str], rows: int, seed: int) -> Pat
 
 def same_ids(token_file: Path, ds_dir: Path) -> bool:
     import datasets
-    from wellfed.data.shards import TokenFile
+    from wellfed.data.token_files import TokenFile
 
     data, ds = TokenFile(token_file), datasets.load_from_disk(str(ds_dir))
     theirs = ds.data.column("input_ids").combine_chunks()

@@ -240,7 +240,7 @@ def main() -> None:
     import datasets
     import torch
     from transformers import AutoTokenizer
-    from wellfed.data.shards import TokenFile, write_token_file
+    from wellfed.data.token_files import TokenFile, write_token_file
     from wellfed.data.tokenization import SplitTokenizer
 
     torch.set_num_threads(harness.THREADS)

@@ -14,7 +14,7 @@ from wellfed import device as dev
 from wellfed import eval_tracking, evaluation, serving, temperature, tracking
 from wellfed.cli import stage
 from wellfed.config import load_params
-from wellfed.data.shards import TokenFile
+from wellfed.data.token_files import TokenFile
 from wellfed.outputs import atomic_path, write_json
 
 

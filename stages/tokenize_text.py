@@ -11,7 +11,7 @@ from pathlib import Path
 from wellfed.cli import stage
 from wellfed.config import load_params
 from wellfed.data.fingerprint import split_fingerprint
-from wellfed.data.shards import write_token_file
+from wellfed.data.token_files import write_token_file
 from wellfed.data.tokenization import SplitTokenizer
 from wellfed.model import load_tokenizer, resolve_source
 from wellfed.outputs import atomic_path, write_json

@@ -12,7 +12,7 @@ import json  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from wellfed import registry, run_note, sweeps, tracking, ui_links  # noqa: E402
+from wellfed import provenance, registry, run_note, sweeps, tracking, ui_links  # noqa: E402
 from wellfed.cli import one_line, stage  # noqa: E402
 from wellfed.config import SECTIONS, flatten, load_params  # noqa: E402
 from wellfed.outputs import write_json  # noqa: E402
@@ -37,7 +37,7 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir):
             pad_id=meta["pad_id"], task=meta.get("task", "single_label"), model_cfg=model_cfg,
             train_cfg=train_cfg, data_cfg=data_cfg, ray_cfg=ray_cfg,
             storage=Path(checkpoint_dir), uri=uri, experiment=mlflow_cfg.experiment,
-            params=params, tags={**tracking.git_tags(Path.cwd()), **sweeps.tags(
+            params=params, tags={**provenance.git_tags(Path.cwd()), **sweeps.tags(
                 uri, mlflow_cfg.experiment, mlflow_cfg.sweep)}, clock=clock)
     except preemption.Stopped as stop:  # SIGTERM (SLURM, spot) or Ctrl-C: one line, 128 + signal
         print(f"[wellfed] {stop}", file=sys.stderr, flush=True)

@@ -97,7 +97,7 @@ def token_file(tmp_path_factory):
     """203 rows of 2-24 random token ids, alternating labels 0/1 (the training tests' input)."""
     import numpy as np
 
-    from wellfed.data.shards import TokenBatch, write_token_file
+    from wellfed.data.token_files import TokenBatch, write_token_file
 
     rng = np.random.default_rng(0)
     rows = [rng.integers(1000, 3000, size=rng.integers(2, 25), dtype=np.int32) for _ in range(203)]

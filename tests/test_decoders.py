@@ -19,7 +19,7 @@ import torch
 
 from wellfed import device as dev
 from wellfed.config import DataConfig, ModelConfig, TrainConfig, load_section
-from wellfed.data.shards import TokenBatch, TokenFile, write_token_file
+from wellfed.data.token_files import TokenBatch, TokenFile, write_token_file
 from wellfed.model import load_model, load_tokenizer
 from wellfed.train import checkpoint
 from wellfed.train.loop import Place, TrainJob, train

@@ -3,7 +3,7 @@ import torch
 
 from wellfed import device as dev
 from wellfed.config import ModelConfig
-from wellfed.data.shards import TokenBatch, TokenFile, write_token_file
+from wellfed.data.token_files import TokenBatch, TokenFile, write_token_file
 from wellfed.evaluation import predict, predictions_frame, score
 from wellfed.model import load_model
 

@@ -69,7 +69,7 @@ def test_mlflow_stores_every_key(tmp_path):
 def scored(tmp_path_factory, tiny_model_dir):
     """The evaluate stage on a 3-class test split whose labels are awkward, into a real MLflow run."""
     from wellfed.config import ModelConfig
-    from wellfed.data.shards import TokenBatch, write_token_file
+    from wellfed.data.token_files import TokenBatch, write_token_file
     from wellfed.model import load_model
 
     root = tmp_path_factory.mktemp("evaluate")

@@ -19,7 +19,7 @@ from sklearn.metrics import accuracy_score, f1_score
 from conftest import PROJECT
 from wellfed import tasks
 from wellfed.config import DataConfig, ModelConfig, TrainConfig
-from wellfed.data.shards import TokenFile
+from wellfed.data.token_files import TokenFile
 from wellfed.train.loop import Place, TrainJob, train
 
 COLORS = ["red", "green", "blue", "amber"]

@@ -17,7 +17,7 @@ import torch
 from wellfed import device as dev
 from wellfed import evaluation, serving, tasks, temperature
 from wellfed.config import load_section
-from wellfed.data.shards import TokenBatch, TokenFile, write_token_file
+from wellfed.data.token_files import TokenBatch, TokenFile, write_token_file
 
 CPU, FP32 = torch.device("cpu"), dev.Precision("fp32", "test")
 SCALE = 4.0  # the planted head's factor: logits with an sd of ~8, scores near 1

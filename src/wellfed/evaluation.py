@@ -26,7 +26,7 @@ from wellfed import device as dev
 from wellfed import tasks
 from wellfed.data import shapes
 from wellfed.data.batching import BatchSpec, collate, eval_batches
-from wellfed.data.shards import TokenFile
+from wellfed.data.token_files import TokenFile
 from wellfed.names import keys as label_keys
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from tests.conftest import SST2
 from wellfed.data import shapes
 from wellfed.data.batching import (BatchSpec, collate, eval_batches, eval_spec, iterate_steps,
                                    micro_shape)
-from wellfed.data.shards import TokenBatch, TokenFile, write_token_file
+from wellfed.data.token_files import TokenBatch, TokenFile, write_token_file
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import torch
 
 from wellfed.config import ModelConfig, TrainConfig, load_section
 from wellfed.data.batching import BatchSpec, collate
-from wellfed.data.shards import TokenBatch, TokenFile, write_token_file
+from wellfed.data.token_files import TokenBatch, TokenFile, write_token_file
 from wellfed.model import load_model
 from wellfed.telemetry.meter import StepMeter
 from wellfed.telemetry.peak import Peak

@@ -6,7 +6,7 @@ import torch
 
 from wellfed.config import ModelConfig, TrainConfig
 from wellfed.data.batching import BatchSpec, iterate_steps
-from wellfed.data.shards import TokenFile
+from wellfed.data.token_files import TokenFile
 from wellfed.model import load_model
 from wellfed.telemetry.meter import StepMeter
 from wellfed.telemetry.peak import Peak

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from wellfed.config import DataConfig, ModelConfig, TrainConfig, load_section
-from wellfed.data.shards import TokenBatch, write_token_file
+from wellfed.data.token_files import TokenBatch, write_token_file
 from wellfed.train import checkpoint, driver, export, loop, reports, selection
 from wellfed.train.loop import Place, TrainJob, train
 from wellfed.train.store import Store

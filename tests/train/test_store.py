@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from wellfed.config import DataConfig, ModelConfig, RayConfig, TrainConfig
-from wellfed.data.shards import TokenBatch, write_token_file
+from wellfed.data.token_files import TokenBatch, write_token_file
 from wellfed.outputs import WriteFault
 from wellfed.train import checkpoint, driver
 from wellfed.train.loop import TrainJob

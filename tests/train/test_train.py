@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from wellfed.config import DataConfig, ModelConfig, TrainConfig
-from wellfed.data.shards import TokenBatch, write_token_file
+from wellfed.data.token_files import TokenBatch, write_token_file
 from wellfed.train import checkpoint
 from wellfed.train.loop import Place, TrainJob, train
 

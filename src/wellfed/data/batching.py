@@ -236,7 +236,7 @@ class MicroBatches:
 
     def __getitem__(self, i: int) -> dict[str, np.ndarray]:
         if self._data is None:
-            from wellfed.data.shards import TokenFile
+            from wellfed.data.token_files import TokenFile
 
             self._data = TokenFile(self.path)
         return collate(self._data, self.plan[i], self.pad_id, self.spec)

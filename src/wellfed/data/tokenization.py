@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from wellfed.data.shards import TokenBatch
+from wellfed.data.token_files import TokenBatch
 
 
 def token_stats(rows_per_length: np.ndarray, truncated: int) -> dict:

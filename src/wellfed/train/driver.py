@@ -22,7 +22,7 @@ from wellfed.cli import Interrupted, StageError
 from wellfed.cluster import connect, local_token_auth
 from wellfed.config import DataConfig, ModelConfig, RayConfig, TrainConfig, number
 from wellfed.data import staging
-from wellfed.data.shards import TokenFile
+from wellfed.data.token_files import TokenFile
 from wellfed.telemetry.phases import Phases
 from wellfed.train import failures, preemption, runs, selection
 from wellfed.train.mlflow_run import derived_tags, marked_failed, open_run

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 from wellfed import tasks, temperature, tracking
-from wellfed.data.shards import TokenFile
+from wellfed.data.token_files import TokenFile
 from wellfed.outputs import atomic_path
 from wellfed.telemetry.phases import Phases
 from wellfed.train import checkpoint

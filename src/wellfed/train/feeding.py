@@ -9,7 +9,7 @@ from typing import Iterator
 import torch
 
 from wellfed.data.batching import BatchSpec, MicroBatches, Step, collate, iterate_steps
-from wellfed.data.shards import TokenFile
+from wellfed.data.token_files import TokenFile
 
 
 def feed(s, data: TokenFile, path: Path, pad_id: int, rank: int = 0, epoch: int = 0,

@@ -26,7 +26,7 @@ from wellfed import device as dev
 from wellfed import tasks
 from wellfed.config import DataConfig, ModelConfig, TrainConfig
 from wellfed.data.batching import collate
-from wellfed.data.shards import TokenFile
+from wellfed.data.token_files import TokenFile
 from wellfed.model import load_model
 from wellfed.telemetry.gpu import DeviceSampler
 from wellfed.telemetry.meter import StepMeter

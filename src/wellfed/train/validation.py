@@ -7,7 +7,7 @@ import torch
 from wellfed import device as dev
 from wellfed import tasks
 from wellfed.data.batching import collate, eval_batches, eval_spec
-from wellfed.data.shards import TokenFile
+from wellfed.data.token_files import TokenFile
 
 
 def evaluate_split(s, data: TokenFile, rank: int, pad_id: int, k: int) -> dict[str, float]:

@@ -4,7 +4,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from wellfed.data.shards import TokenBatch, TokenFile, write_token_file
+from wellfed.data.token_files import TokenBatch, TokenFile, write_token_file
 
 
 def make_rows(n, seed=0):
