@@ -129,16 +129,6 @@ def score_task(task: str, gold: np.ndarray, outputs: np.ndarray, names: list[str
     return score(gold, outputs, names)
 
 
-def tracked(metrics: dict, task: str = "single_label") -> dict[str, float]:
-    """The scores under their MLflow keys: eval/accuracy, eval/<key>/precision, ..."""
-    flat = {f"eval/{k}": metrics[k] for k in HEADLINE[task]}
-    for key, scores in metrics.get("per_class", {}).items():
-        flat.update({f"eval/{key}/{k}": scores[k] for k in ("precision", "recall", "f1")})
-    for key, scores in metrics.get("per_target", {}).items():
-        flat.update({f"eval/{key}/{k}": scores[k] for k in ("pearson", "spearman", "mse")})
-    return flat
-
-
 def tune_threshold(gold: np.ndarray, probs: np.ndarray) -> tuple[float, float]:
     """Multi-label: the threshold in 0.05..0.95 with the best macro-F1 (ties: nearest 0.5)."""
     from sklearn.metrics import f1_score
