@@ -18,13 +18,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from wellfed import tasks, tracking
-from wellfed.cli import Interrupted, StageError
+from wellfed.cli import StageError
 from wellfed.cluster import connect, local_token_auth
-from wellfed.config import DataConfig, ModelConfig, RayConfig, TrainConfig, number
+from wellfed.config import DataConfig, ModelConfig, RayConfig, TrainConfig
 from wellfed.data import staging
 from wellfed.data.token_files import TokenFile
 from wellfed.telemetry.phases import Phases
 from wellfed.train import failures, preemption, runs, selection
+from wellfed.train.runs import interrupted, kept_while_running, latest_step, planned_steps
 from wellfed.train.mlflow_run import derived_tags, marked_failed, open_run
 from wellfed.train.placement import SHARED_GPUS, fit_placed, placed, queued
 from wellfed.train.preflight import check_request, check_resources, in_process, local_gpu
@@ -50,24 +51,6 @@ class Trained:
     """The run's job, to rebuild the model for model.pt's weights."""
     store: Store
     """Where both are."""
-
-
-def kept_while_running(train_cfg: TrainConfig) -> int | None:
-    """train.keep_checkpoints as the store's `prune` takes it (None: all)."""
-    keep = train_cfg.keep_checkpoints
-    return None if keep == "all" else number(keep, integer=True)
-
-
-def latest_step(store: Store) -> int | None:
-    """The step a rerun would resume from (unchecked: preemption's and Ctrl-C's lines)."""
-    latest = store.latest()
-    return latest.step if latest and latest.launch else None
-
-
-def planned_steps(job) -> int:
-    from wellfed.train.setup import total_steps
-
-    return total_steps(len(TokenFile(job.tokens_dir / "train.arrow")), job.train)
 
 
 def run_trainer(loop_config: dict, ray_cfg: RayConfig, use_gpu: bool, store: Store,
@@ -194,13 +177,6 @@ def flush(uri: str, run_id: str, backlog: Path) -> None:
         raise StageError(f"MLflow at {uri} is still unreachable ({err}); training finished and "
                          f"its metrics wait in {backlog}: rerun `dvc repro` once the tracking "
                          "server is back to log them and finish the stage") from None
-
-
-def interrupted(run: runs.Run, store: Store) -> Interrupted:
-    step = latest_step(store)
-    kept = f"the checkpoint of step {step} is kept" if step else "no checkpoint yet"
-    return Interrupted(f"training stopped by Ctrl-C ({kept}): rerun `dvc repro` to resume "
-                       f"run {run.name} from there, into the same MLflow run")
 
 
 def fit_in_process(job: TrainJob, run: runs.Run, store: Store, resume: Entry | None,

@@ -111,7 +111,8 @@ def fit_placed(job, run, store, resume, ray_cfg, tokens_dir, opened, uri: str, c
     from wellfed.cli import StageError
     from wellfed.cluster import connect
     from wellfed.data import staging
-    from wellfed.train import driver, preemption
+    from wellfed.train import preemption
+    from wellfed.train.runs import interrupted, kept_while_running, latest_step, planned_steps
     from wellfed.train.mlflow_run import derived_tags, marked_failed
     from wellfed.train.preflight import wants_gpu
 
@@ -129,16 +130,16 @@ def fit_placed(job, run, store, resume, ray_cfg, tokens_dir, opened, uri: str, c
         with marked_failed(uri, run_id):
             launch = store.open_launch("ray_task")
         flag = preemption.new_stop_flag()
-        args = (job, store, launch, resume, driver.kept_while_running(job.train), use_gpu,
+        args = (job, store, launch, resume, kept_while_running(job.train), use_gpu,
                 ray_cfg.cpus_per_worker, uri, run_id, str(backlog), flag, *tokens)
         try:
             with clock("train"):
                 preemption.run_stoppable(
                     lambda: run_placed(trial, *args, need=need, label=f"run {run.name}"),
-                    flag.request.remote, lambda: driver.latest_step(store),
-                    driver.planned_steps(job))
+                    flag.request.remote, lambda: latest_step(store),
+                    planned_steps(job))
         except KeyboardInterrupt:
-            raise driver.interrupted(run, store) from None
+            raise interrupted(run, store) from None
         finally:
             store.close_launch(launch, clock.seconds.get("train", 0.0))
     finally:

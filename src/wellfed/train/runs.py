@@ -20,8 +20,10 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from wellfed.config import ModelConfig, TrainConfig
+from wellfed.cli import Interrupted
+from wellfed.config import ModelConfig, TrainConfig, number
 from wellfed.data import staging
+from wellfed.data.token_files import TokenFile
 from wellfed.outputs import write_fault
 
 RUN_FILE = "wellfed_run.json"
@@ -127,3 +129,28 @@ def write_run_file(storage_uri: str, name: str, run_id: str, complete: bool) -> 
 def mark_complete(info: dict, run_id: str) -> None:
     """The stage finished (model exported, metrics written): a rerun now starts fresh."""
     write_run_file(info["storage"], info["name"], run_id, complete=True)
+
+
+def kept_while_running(train_cfg: TrainConfig) -> int | None:
+    """train.keep_checkpoints as the store's `prune` takes it (None: all)."""
+    keep = train_cfg.keep_checkpoints
+    return None if keep == "all" else number(keep, integer=True)
+
+
+def latest_step(store) -> int | None:
+    """The step a rerun would resume from (unchecked: preemption's and Ctrl-C's lines)."""
+    latest = store.latest()
+    return latest.step if latest and latest.launch else None
+
+
+def planned_steps(job) -> int:
+    from wellfed.train.setup import total_steps
+
+    return total_steps(len(TokenFile(job.tokens_dir / "train.arrow")), job.train)
+
+
+def interrupted(run: Run, store) -> Interrupted:
+    step = latest_step(store)
+    kept = f"the checkpoint of step {step} is kept" if step else "no checkpoint yet"
+    return Interrupted(f"training stopped by Ctrl-C ({kept}): rerun `dvc repro` to resume "
+                       f"run {run.name} from there, into the same MLflow run")
