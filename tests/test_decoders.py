@@ -163,12 +163,12 @@ def test_decoders_train_through_the_loop_with_padded_batches(arch, model_dirs, t
     job = job_for(model_dirs[arch], tokens)
     job = dataclasses.replace(job, train=dataclasses.replace(job.train, epochs=2, lr=1e-3))
     state = train(job, CPU, Collect(tmp_path))
-    losses = [h["loss"] for h in state["history"]]
-    assert state["step"] == 32 and len(losses) == 32  # 2 epochs x 128 rows / 8
+    losses = [h["loss"] for h in state.history]
+    assert state.step == 32 and len(losses) == 32  # 2 epochs x 128 rows / 8
     assert all(np.isfinite(losses))
     # Measured: epoch 2 / epoch 1 mean loss = 0.82 (GPT-2), 0.58 (Llama)
     assert np.mean(losses[16:]) < 0.9 * np.mean(losses[:16]), losses
-    assert any(h["padded_tokens"] > h["real_tokens"] for h in state["history"])
+    assert any(h["padded_tokens"] > h["real_tokens"] for h in state.history)
 
 
 def test_lora_config_problems_name_the_key():
@@ -212,10 +212,10 @@ def test_lora_trains_adapters_and_head_only_resumes_and_exports_merged(model_dir
 
     stops = iter([False] * 7 + [True])  # stopped after step 8, then resumed
     first = Collect(tmp_path / "first")
-    assert train(job, CPU, first, stop=lambda: next(stops))["step"] == 8
+    assert train(job, CPU, first, stop=lambda: next(stops)).step == 8
     resumed = train(job, CPU, Collect(tmp_path / "second"), resume=first.checkpoints[8])
-    np.testing.assert_allclose([h["loss"] for h in resumed["history"]],
-                               [h["loss"] for h in state["history"]], rtol=1e-5)
+    np.testing.assert_allclose([h["loss"] for h in resumed.history],
+                               [h["loss"] for h in state.history], rtol=1e-5)
 
     out = tmp_path / "model"
     write_model(full.checkpoints[16], job, tokens, out)  # the export: model.pt, adapters merged
@@ -254,7 +254,7 @@ def test_lora_under_ddp_needs_no_find_unused_parameters(model_dirs, tokens, tmp_
                       wrap=lambda m: DistributedDataParallel(m, find_unused_parameters=False))
     finally:
         dist.destroy_process_group()
-    assert state["step"] == 3 and all(np.isfinite(h["loss"]) for h in state["history"])
+    assert state.step == 3 and all(np.isfinite(h["loss"]) for h in state.history)
     from wellfed.train.export import write_hf
 
     write_hf(tmp_path / "ckpt" / "step_3", job, tmp_path / "export")

@@ -236,7 +236,7 @@ def test_each_task_prepares_tokenizes_and_trains_in_process(case, tmp_path, tiny
                    labels=tuple(meta["labels"]), pad_id=meta["pad_id"], task=meta["task"])
     reports = []
     state = train(job, Place(torch.device("cpu")), lambda m, d: reports.append(m))
-    losses = [h["loss"] for h in state["history"]]
+    losses = [h["loss"] for h in state.history]
     assert np.isfinite(losses).all() and np.mean(losses[-4:]) < np.mean(losses[:4])
     val = reports[-1]["val"]
     assert figure in val and np.isfinite(val[figure]), val

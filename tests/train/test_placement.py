@@ -17,8 +17,9 @@ from wellfed.train import placement
 def two_gpus():
     import ray
 
-    ray.init(num_cpus=4, num_gpus=2, include_dashboard=False, log_to_driver=True,
-             configure_logging=False)
+    # address="local": a Ray of its own, never a `ray start` cluster another test left running
+    ray.init(address="local", num_cpus=4, num_gpus=2, include_dashboard=False,
+             log_to_driver=True, configure_logging=False)
     yield
     ray.shutdown()
 

@@ -17,6 +17,7 @@ from wellfed.config import DataConfig, ModelConfig, TrainConfig, load_section
 from wellfed.data.token_files import TokenBatch, write_token_file
 from wellfed.train import checkpoint, driver, export, loop, reports, selection
 from wellfed.train.loop import Place, TrainJob, train
+from wellfed.train.state import Best
 from wellfed.train.store import Store
 
 CPU = Place(torch.device("cpu"))
@@ -103,14 +104,13 @@ def test_best_is_checkpointed_kept_by_ray_and_exported(job, tmp_path, monkeypatc
     evals = plant(monkeypatch, [0.5, 0.8, 0.6, 0.7])
     sink = Storage(tmp_path, "best")
     state = run(job, sink)
-    assert evals == [4, 8, 12, 16] and state["step"] == 16
+    assert evals == [4, 8, 12, 16] and state.step == 16
     assert sorted(sink.weights) == [4, 8, 16]  # new bests at 4 and 8, and the final step
-    assert state["best"] == {"metric": "val/macro_f1", "step": 8, "value": 0.8, "rank": 2,
-                             "since": 2}
+    assert state.best == Best("val/macro_f1", step=8, value=0.8, rank=2, since=2)
     assert sink.kept() == [8, 16]  # the store pruned step 4: the best and the latest stay
     trained = driver.choose(sink.store, job)
     assert (trained.chosen.step, trained.last.step) == (8, 16)
-    assert sink.store.state(trained.chosen)["step"] == 8
+    assert sink.store.state(trained.chosen).step == 8
     for entry in sink.store.entries():  # the weights once: model.pt, never also hf_model/
         assert not (Path(entry.path) / checkpoint.HF_MODEL).exists()
     history = export.weights(trained, job.tokens_dir, tmp_path / "model", "", "")
@@ -128,7 +128,7 @@ def test_select_last_exports_the_final_step_as_before(job, tmp_path, monkeypatch
     last = with_train(job, select="last")
     sink = Storage(tmp_path, "last")
     state = run(last, sink)
-    assert sorted(sink.weights) == [16] and state["best"]["step"] == 8  # still recorded
+    assert sorted(sink.weights) == [16] and state.best.step == 8  # still recorded
     trained = driver.choose(sink.store, last)
     assert trained.chosen == trained.last
     export.weights(trained, job.tokens_dir, tmp_path / "model", "", "")
@@ -140,8 +140,7 @@ def test_val_loss_selects_the_minimum(job, tmp_path, monkeypatch):
     by_loss = with_train(job, select_metric="val/loss")
     sink = Storage(tmp_path, "best")
     state = run(by_loss, sink)
-    assert (state["best"]["metric"], state["best"]["step"], state["best"]["value"]) == \
-        ("val/loss", 8, 0.7)
+    assert (state.best.metric, state.best.step, state.best.value) == ("val/loss", 8, 0.7)
     assert driver.choose(sink.store, by_loss).chosen.step == 8
 
 
@@ -151,7 +150,7 @@ def test_early_stop_after_patience_flat_validations(job, tmp_path, monkeypatch, 
     patient = with_train(job, epochs=3, early_stopping_patience=2)
     sink = Storage(tmp_path, "best")
     state = run(patient, sink)
-    assert state["step"] == 16 and [h["step"] for h in state["history"]] == list(range(1, 17))
+    assert state.step == 16 and [h["step"] for h in state.history] == list(range(1, 17))
     assert sorted(sink.weights) == [4, 8, 16] and sink.kept() == [8, 16]
     out = capsys.readouterr().out
     assert ("[wellfed] early stop at step 16: val/macro_f1 has not improved on 0.6000 (step 8) "
@@ -161,7 +160,7 @@ def test_early_stop_after_patience_flat_validations(job, tmp_path, monkeypatch, 
     # A resume of the early-stopped run (a signal raced the stop) trains no further.
     again = run(patient, lambda metrics, directory: pytest.fail("reported"),
                 resume=Path(trained.last.path))
-    assert again["step"] == 16
+    assert again.step == 16
 
 
 def test_a_resume_keeps_the_best_so_far(job, tmp_path, monkeypatch):
@@ -170,14 +169,13 @@ def test_a_resume_keeps_the_best_so_far(job, tmp_path, monkeypatch):
     first = Storage(tmp_path, "best")
     stops = iter([False] * 11 + [True])  # preempted after step 12: no validation there
     state = run(longer, first, stop=lambda: next(stops))
-    assert state["step"] == 12 and state["best"]["step"] == 8 and first.kept() == [8, 12]
+    assert state.step == 12 and state.best.step == 8 and first.kept() == [8, 12]
     second = Storage(tmp_path, "best")  # a new process: a launch of its own, the same store
     start, damage = second.store.recover()
     assert (start.step, damage) == (12, None)
     resumed = run(longer, second, resume=Path(start.path))
-    assert resumed["step"] == 32
-    assert (resumed["best"]["step"], resumed["best"]["value"], resumed["best"]["rank"]) == \
-        (8, 0.8, 2)
+    assert resumed.step == 32
+    assert (resumed.best.step, resumed.best.value, resumed.best.rank) == (8, 0.8, 2)
     assert second.kept() == [8, 32]  # across both launches
     trained = driver.choose(second.store, longer)
     assert trained.chosen.step == 8 and trained.chosen.launch == first.launch
@@ -222,10 +220,10 @@ def test_fit_refuses_a_wrong_select_metric_before_ray_starts(job, tmp_path, monk
 def test_improvement_is_strict_and_never_non_finite():
     best = selection.fresh("val/loss")
     assert not selection.observe(best, {"val/loss": float("nan")}, 2)
-    assert selection.observe(best, {"val/loss": 0.5}, 4) and best["rank"] == 1
+    assert selection.observe(best, {"val/loss": 0.5}, 4) and best.rank == 1
     assert not selection.observe(best, {"val/loss": 0.5}, 6)  # a tie keeps the earlier step
     assert not selection.observe(best, {"val/loss": float("-inf")}, 8)
-    assert best == {"metric": "val/loss", "step": 4, "value": 0.5, "rank": 1, "since": 2}
+    assert best == Best("val/loss", step=4, value=0.5, rank=1, since=2)
 
 
 def test_the_chosen_step_is_printed_and_logged_to_mlflow(job, tmp_path, capsys):
@@ -236,7 +234,7 @@ def test_the_chosen_step_is_printed_and_logged_to_mlflow(job, tmp_path, capsys):
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     run_id = tracking.start_run(uri, "best", "r")
-    best = {"metric": "val/macro_f1", "step": 40, "value": 0.8123, "rank": 3, "since": 2}
+    best = Best("val/macro_f1", step=40, value=0.8123, rank=3, since=2)
     at_40, at_96 = (Entry(f"{tmp_path}/01-in_process/checkpoint_{s:06d}", "01-in_process", s)
                     for s in (40, 96))
     store = Store(str(tmp_path), "run")

@@ -64,9 +64,9 @@ def steps_of(reports: list[dict]) -> list[int]:
 def test_train_runs_in_process_learns_and_checkpoints(job, tmp_path):
     sink = Collect(tmp_path)
     state = train(job, CPU, sink)
-    assert state["step"] == 48 and len(state["history"]) == 48  # 3 epochs x 256 / 16
+    assert state.step == 48 and len(state.history) == 48  # 3 epochs x 256 / 16
     assert len(sink.reports) == 12 and steps_of(sink.reports) == list(range(1, 49))
-    losses = [h["loss"] for h in state["history"]]
+    losses = [h["loss"] for h in state.history]
     assert np.mean(losses[-8:]) < 0.7 * np.mean(losses[:8])
     vals = [rep["val"] for rep in sink.reports if "val" in rep]
     assert len(vals) == 3 and vals[-1]["val/accuracy"] > 0.7
@@ -80,7 +80,7 @@ def test_train_runs_in_process_learns_and_checkpoints(job, tmp_path):
         assert (final / name).exists(), name
     for step in (24, 48):  # the weights once: model.pt, no Hugging Face copy beside it
         assert not (sink.checkpoints[step] / checkpoint.HF_MODEL).exists()
-    assert checkpoint.read_state(final)["step"] == 48
+    assert checkpoint.read_state(final).step == 48
 
 
 def test_a_resumed_run_goes_on_with_the_next_step(job, tmp_path):
@@ -88,12 +88,12 @@ def test_a_resumed_run_goes_on_with_the_next_step(job, tmp_path):
     (tmp_path / "a").mkdir()
     stops = iter([False] * 19 + [True])  # a preemption after step 20: checkpoint there, stop
     state = train(job, CPU, first, stop=lambda: next(stops))
-    assert state["step"] == 20 and max(first.checkpoints) == 20
+    assert state.step == 20 and max(first.checkpoints) == 20
     second = Collect(tmp_path / "b")
     (tmp_path / "b").mkdir()
     state = train(job, CPU, second, resume=first.checkpoints[20])
     assert steps_of(second.reports) == list(range(21, 49))
-    assert [h["step"] for h in state["history"]] == list(range(1, 49))  # each step once
+    assert [h["step"] for h in state.history] == list(range(1, 49))  # each step once
 
 
 def test_a_profile_window_writes_a_trace_into_the_final_checkpoint(job, tmp_path):
@@ -120,7 +120,7 @@ def test_the_planned_step_trains_validates_and_resumes_through_the_loop(job, tmp
     (tmp_path / "a").mkdir()
     stops = iter([False] * 23 + [True])
     state = train(planned, CPU, first, stop=lambda: next(stops))
-    assert state["step"] == 24
+    assert state.step == 24
     out = capsys.readouterr().out
     assert "[wellfed] step: planned_eager (cuda_graphs true on a CPU" in out and "4 shapes" in out
     assert first.reports[0]["derived"]["step_path"] == "planned_eager"
@@ -129,9 +129,9 @@ def test_the_planned_step_trains_validates_and_resumes_through_the_loop(job, tmp
     (tmp_path / "b").mkdir()
     state = train(planned, CPU, second, resume=first.checkpoints[24])
     assert steps_of(second.reports) == list(range(25, 49))
-    lrs = [h["lr"] for h in state["history"]]
+    lrs = [h["lr"] for h in state.history]
     assert all(isinstance(lr, float) for lr in lrs) and lrs[-1] < lrs[0]
-    losses = [h["loss"] for h in state["history"]]
+    losses = [h["loss"] for h in state.history]
     assert np.mean(losses[-8:]) < 0.7 * np.mean(losses[:8])
     vals = [rep["val"] for rep in first.reports + second.reports if "val" in rep]
     # 64 validation rows under dropout: 0.66-0.70 over seeds on either path (plan or not)

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import torch
 
+from wellfed.train.state import TrainState
+
 MODEL = "model.pt"
 OPTIM = "optim.pt"
 STATE = "train_state.json"
@@ -41,12 +43,12 @@ def unwrap(model):
     return getattr(model, "module", model)
 
 
-def save(directory: Path, s, state: dict, final: bool, profile_dir: Path | None) -> None:
+def save(directory: Path, s, state: TrainState, final: bool, profile_dir: Path | None) -> None:
     """Write the checkpoint of Setup `s` (its model, optimizer, scheduler, scaler) and `state`."""
     torch.save(unwrap(s.model).state_dict(), directory / MODEL)
     torch.save({"optimizer": s.optimizer.state_dict(), "scheduler": s.scheduler.state_dict(),
                 "scaler": s.scaler.state_dict()}, directory / OPTIM)
-    (directory / STATE).write_text(json.dumps(state))
+    (directory / STATE).write_text(json.dumps(state.to_json()))
     if final and profile_dir and any(profile_dir.iterdir()):
         shutil.copytree(profile_dir, directory / PROFILE)
 
@@ -71,8 +73,9 @@ def weights(directory: Path) -> dict:
                       f"{RERUN}") from None
 
 
-def load(directory: Path, s) -> dict:
-    """Restore Setup `s` from a checkpoint; return its training state."""
+def load(directory: Path, s, metric: str) -> TrainState:
+    """Restore Setup `s` from a checkpoint; return its training state (a checkpoint from before
+    best tracking gets a fresh record for `metric`)."""
     unwrap(s.model).load_state_dict(weights(directory))
     try:
         optim = torch.load(directory / OPTIM, map_location="cpu", weights_only=True)
@@ -82,11 +85,11 @@ def load(directory: Path, s) -> dict:
     s.optimizer.load_state_dict(optim["optimizer"])
     s.scheduler.load_state_dict(optim["scheduler"])
     s.scaler.load_state_dict(optim["scaler"])
-    return read_state(directory)
+    return read_state(directory, metric)
 
 
-def read_state(directory: Path) -> dict:
-    return json.loads((directory / STATE).read_text())
+def read_state(directory: Path, metric: str | None = None) -> TrainState:
+    return TrainState.from_json(json.loads((directory / STATE).read_text()), metric)
 
 
 def one_line(err: BaseException) -> str:

@@ -9,6 +9,7 @@ the model's registration, and the run's completion (`complete`).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sys
@@ -29,6 +30,7 @@ from wellfed.train.runs import interrupted, kept_while_running, latest_step, pla
 from wellfed.train.mlflow_run import derived_tags, marked_failed, open_run
 from wellfed.train.placement import SHARED_GPUS, fit_placed, placed, queued
 from wellfed.train.preflight import check_request, check_resources, in_process, local_gpu
+from wellfed.train.state import Best
 from wellfed.train.store import Entry, Store
 
 if TYPE_CHECKING:
@@ -45,7 +47,7 @@ class Trained:
     """The checkpoint that becomes data/model (train.select)."""
     last: Entry
     """The run's final checkpoint: its state holds the whole history."""
-    best: dict
+    best: Best
     """The best validation record (train/selection.py): metric, step, value, rank, since."""
     job: TrainJob
     """The run's job, to rebuild the model for model.pt's weights."""
@@ -53,7 +55,7 @@ class Trained:
     """Where both are."""
 
 
-def run_trainer(loop_config: dict, ray_cfg: RayConfig, use_gpu: bool, store: Store,
+def run_trainer(worker, ray_cfg: RayConfig, use_gpu: bool, store: Store,
                 resume: Entry | None, uri: str, run_id: str, backlog: Path) -> None:
     """The TorchTrainer over train_loop_per_worker, inside the MLflow run (whose system metrics
     cover the driver node). Ray's run folder is the launch's; the workers start from `resume`
@@ -66,18 +68,20 @@ def run_trainer(loop_config: dict, ray_cfg: RayConfig, use_gpu: bool, store: Sto
     from wellfed.train.callback import MlflowCallback, StoreCallback
     from wellfed.train.worker import train_loop_per_worker
 
-    flag = loop_config["stop_flag"] = preemption.new_stop_flag()
-    loop_config["resume"] = (ray.train.Checkpoint(resume.path, filesystem=store.fs)
-                             if resume else None)
-    job = loop_config["job"]
+    flag = preemption.new_stop_flag()
+    worker = dataclasses.replace(worker, stop_flag=flag, resume=(
+        ray.train.Checkpoint(resume.path, filesystem=store.fs) if resume else None))
+    job = worker.job
+    per_worker = {"CPU": ray_cfg.cpus_per_worker}
+    if use_gpu:  # 1 = a GPU of its own; a share lets workers of several runs share one
+        per_worker["GPU"] = ray_cfg.gpus_per_worker
     trainer = TorchTrainer(
-        train_loop_per_worker, train_loop_config=loop_config,
+        train_loop_per_worker, train_loop_config={"worker": worker},
         scaling_config=ray.train.ScalingConfig(
-            num_workers=ray_cfg.num_workers, use_gpu=use_gpu,
-            resources_per_worker={"CPU": ray_cfg.cpus_per_worker},
+            num_workers=ray_cfg.num_workers, use_gpu=use_gpu, resources_per_worker=per_worker,
             placement_strategy=ray_cfg.placement_strategy),
         run_config=ray.train.RunConfig(
-            name=loop_config["launch"], storage_path=store.dir, storage_filesystem=store.fs,
+            name=worker.launch, storage_path=store.dir, storage_filesystem=store.fs,
             failure_config=ray.train.FailureConfig(max_failures=ray_cfg.max_failures),
             callbacks=[MlflowCallback(uri, run_id, str(backlog)),
                        StoreCallback(store, kept_while_running(job.train),
@@ -138,15 +142,15 @@ def choose(store: Store, job) -> Trained:
         raise StageError(f"training finished without a checkpoint; see {store.dir}")
     last = found[-1]
     state = store.state(last)
-    best = state.get("best") or selection.fresh(selection.resolve(job.train.select_metric,
-                                                                  job.task))
-    if job.train.select == "last" or best["step"] in (0, state["step"]):
+    best = state.best if state.best.metric else selection.fresh(
+        selection.resolve(job.train.select_metric, job.task))  # a state from before the record
+    if job.train.select == "last" or best.step in (0, state.step):
         return Trained(last, last, best, job, store)
     for entry in reversed(found):
-        if entry.step == best["step"]:
+        if entry.step == best.step:
             return Trained(entry, last, best, job, store)
-    print(f"[wellfed] WARNING: no checkpoint of the best step {best['step']} is left; exporting "
-          f"the last one (step {state['step']})", flush=True)
+    print(f"[wellfed] WARNING: no checkpoint of the best step {best.step} is left; exporting "
+          f"the last one (step {state.step})", flush=True)
     return Trained(last, last, best, job, store)
 
 
@@ -154,15 +158,15 @@ def announce(trained: Trained, uri: str, run_id: str) -> None:
     """Say which step became the model and log the best validation to MLflow as
     `best/<metric>` (e.g. best/val/macro_f1; its step is the stage's `train/best_step`)."""
     best, step, total = trained.best, trained.chosen.step, trained.last.step
-    if best["value"] is None:
+    if best.value is None:
         print(f"[wellfed] model: step {step} of {total}, the last (no validation gave a finite "
-              f"{best['metric']})", flush=True)
+              f"{best.metric})", flush=True)
         return
-    tracking.log_metrics(uri, run_id, {f"best/{best['metric']}": best["value"]})
-    found = f"{best['metric']} {best['value']:.4f}"
+    tracking.log_metrics(uri, run_id, {f"best/{best.metric}": best.value})
+    found = f"{best.metric} {best.value:.4f}"
     print(f"[wellfed] model: step {step} of {total}, " +
-          (f"the best {found} (train.select: {trained.job.train.select})" if step == best["step"]
-           else f"the last (train.select: last); the best was {found} at step {best['step']}"),
+          (f"the best {found} (train.select: {trained.job.train.select})" if step == best.step
+           else f"the last (train.select: last); the best was {found} at step {best.step}"),
           flush=True)
 
 
@@ -214,25 +218,27 @@ def fit_on_ray(job: TrainJob, run: runs.Run, store: Store, resume: Entry | None,
 
     from wellfed.train.preflight import wants_gpu
 
-    loop_config = {"job": job, "threads": ray_cfg.cpus_per_worker, "store": store}
+    from wellfed.train.worker import WorkerConfig
+
     with clock("ray start"), preemption.daemons_apart():  # a signal to dvc's group spares them
         connect(ray_cfg)
     try:
         use_gpu = wants_gpu(ray_cfg)
         check_resources(ray_cfg, use_gpu)
+        tokens_uri = None
         if ray_cfg.storage_path:  # shared storage: every node reads the tokens from there
-            loop_config["tokens_uri"], sent = staging.upload(tokens_dir, run.storage_uri,
-                                                             run.data_hash)
-            loop_config["tokens_hash"] = run.data_hash
+            tokens_uri, sent = staging.upload(tokens_dir, run.storage_uri, run.data_hash)
             print(f"[wellfed] token files {'uploaded to' if sent else 'already at'} "
-                  f"{loop_config['tokens_uri']}", flush=True)
+                  f"{tokens_uri}", flush=True)
         with clock("mlflow run start"):
             run_id, backlog = opened(derived_tags(job, run, ray_cfg, use_gpu, "ray_train"))
         with marked_failed(uri, run_id):
-            loop_config["launch"] = launch = store.open_launch("ray_train")
+            launch = store.open_launch("ray_train")
+        worker = WorkerConfig(job, ray_cfg.cpus_per_worker, store, launch, tokens_uri=tokens_uri,
+                              tokens_hash=run.data_hash if tokens_uri else None)
         try:
             with clock("train"):
-                run_trainer(loop_config, ray_cfg, use_gpu, store, resume, uri, run_id, backlog)
+                run_trainer(worker, ray_cfg, use_gpu, store, resume, uri, run_id, backlog)
         except KeyboardInterrupt:
             raise interrupted(run, store) from None
         finally:

@@ -43,7 +43,7 @@ def weights(trained, tokens_dir: Path, model_out: Path, uri: str, run_id: str) -
             tracking.log_artifacts(uri, run_id, last / checkpoint.PROFILE, checkpoint.PROFILE)
             print(f"[wellfed] profiler trace + top operators logged to MLflow run {run_id} "
                   "under profile/ (open the trace in https://ui.perfetto.dev)")
-    return state["history"]
+    return state.history
 
 
 def export(trained, tokens_dir: Path, meta: dict, train_cfg, model_dir: Path, uri: str,

@@ -36,6 +36,7 @@ from wellfed.train import checkpoint, graphs, selection
 from wellfed.train.checkpoint import unwrap
 from wellfed.train.feeding import feed
 from wellfed.train.setup import learning_rate, run_facts, setup
+from wellfed.train.state import TrainState
 from wellfed.train.step import StepResult, train_step
 from wellfed.train.validation import evaluate_split
 
@@ -128,7 +129,8 @@ def check_finite(bad: int, pending: list[dict], max_bad_steps: int) -> int:
 
 
 def train(job: TrainJob, place: Place, report: Report, *, resume: Path | None = None,
-          wrap: Callable = lambda model: model, stop: Callable[[], bool] | None = None) -> dict:
+          wrap: Callable = lambda model: model,
+          stop: Callable[[], bool] | None = None) -> TrainState:
     """Train `job` on `place.device`; return the final training state (step, history, best...).
 
     `wrap` turns the model into its distributed form (Ray: prepare_model -> DDP); `resume` is a
@@ -154,16 +156,16 @@ def train(job: TrainJob, place: Place, report: Report, *, resume: Path | None = 
     if place.rank == 0 and (s.graphs is not None or device.type == "cuda"):
         print(f"[wellfed] step: {run_facts(s)['derived']['step_path']} ({s.path_note})",
               flush=True)
-    state = {"epoch": 0, "index": 0, "step": 0, "history": [],
-             "best": selection.fresh(selection.resolve(cfg.select_metric, job.task))}
-    if resume:  # a checkpoint from before best tracking has no record: start one
-        state = {"best": state["best"], **checkpoint.load(resume, s)}
+    metric = selection.resolve(cfg.select_metric, job.task)
+    state = TrainState(best=selection.fresh(metric))
+    if resume:  # a checkpoint from before best tracking has no record: it gets a fresh one
+        state = checkpoint.load(resume, s, metric)
         if s.graphs is not None:  # the loaded optimizer holds host learning rates again
             graphs.use_device_lr(s.optimizer, device)
         if place.rank == 0:
-            print(f"[wellfed] resuming from step {state['step']} of {s.steps} "
-                  f"(epoch {state['epoch']}, batch {state['index']})", flush=True)
-    torch.manual_seed(cfg.seed + 7919 * state["step"] + place.rank)  # dropout differs per rank
+            print(f"[wellfed] resuming from step {state.step} of {s.steps} "
+                  f"(epoch {state.epoch}, batch {state.index})", flush=True)
+    torch.manual_seed(cfg.seed + 7919 * state.step + place.rank)  # dropout differs per rank
     name = dev.device_name(device)
     meter = StepMeter(device, device_peak(device, name, s.precision.name, s.precision.dtype),
                       unwrap(model).config)
@@ -173,7 +175,7 @@ def train(job: TrainJob, place: Place, report: Report, *, resume: Path | None = 
              "peak_source": meter.peak.source}
     sampler = DeviceSampler(device).start()
     fed = feed(s, train_data, job.tokens_dir / "train.arrow", job.pad_id, place.rank,
-               state["epoch"], state["index"], cfg.epochs, job.data.loader_workers,
+               state.epoch, state.index, cfg.epochs, job.data.loader_workers,
                job.data.prefetch)
     def gather(idx):  # an out-of-memory redo re-cuts a step: shaped by the spec then in use
         return collate(train_data, idx, job.pad_id, s.spec)
@@ -181,26 +183,26 @@ def train(job: TrainJob, place: Place, report: Report, *, resume: Path | None = 
     pending, values, bad = [], [], 0
     clock.add("setup", time.perf_counter() - started)
     with tempfile.TemporaryDirectory(prefix="wellfed-profile-") as traces, \
-            profiler(cfg.profile_range(), state["step"], place, Path(traces)) as prof:
+            profiler(cfg.profile_range(), state.step, place, Path(traces)) as prof:
         for step, batches in fed:
-            if state["step"] >= s.steps or (patience and state["best"]["since"] >= patience):
+            if state.step >= s.steps or (patience and state.best.since >= patience):
                 break  # planned steps done, or a resume of a run that had stopped early
             with clock("steps"):
                 values.append(train_step(s, step, batches, meter, train_data.lengths, gather))
             if prof:
                 prof.step()
-            state["step"] += 1
-            state["epoch"], state["index"] = step.epoch, step.index + 1
-            pending.append({"step": state["step"], "epoch": step.epoch,
+            state.step += 1
+            state.epoch, state.index = step.epoch, step.index + 1
+            pending.append({"step": state.step, "epoch": step.epoch,
                             "lr": learning_rate(s), "rows": step.global_rows,
                             "real_tokens": step.real_tokens, "padded_tokens": step.padded_tokens})
-            last = state["step"] >= s.steps
+            last = state.step >= s.steps
             stopping = not last and stop is not None and stop()
             do_eval = last or (not stopping and cfg.eval_every  # a stop has a deadline: no eval
-                               and state["step"] % cfg.eval_every == 0)
+                               and state.step % cfg.eval_every == 0)
             do_ckpt = last or stopping or (cfg.checkpoint_every
-                                           and state["step"] % cfg.checkpoint_every == 0)
-            if not (do_eval or do_ckpt or state["step"] % cfg.report_every == 0):
+                                           and state.step % cfg.checkpoint_every == 0)
+            if not (do_eval or do_ckpt or state.step % cfg.report_every == 0):
                 continue
             with clock("steps"):  # on a GPU, where the queued steps are waited for
                 close_interval(values, pending, place.world)
@@ -212,14 +214,14 @@ def train(job: TrainJob, place: Place, report: Report, *, resume: Path | None = 
                 with clock("validation"):
                     metrics["val"] = evaluate_split(s, val_data, place.rank, job.pad_id,
                                                     len(job.labels))
-                new_best = selection.observe(state["best"], metrics["val"], state["step"])
-                early = bool(patience) and not last and state["best"]["since"] >= patience
+                new_best = selection.observe(state.best, metrics["val"], state.step)
+                early = bool(patience) and not last and state.best.since >= patience
                 # A new best may become data/model, so it gets a checkpoint of its own.
                 do_ckpt = do_ckpt or early or (new_best and cfg.select == "best")
-            state["history"] += pending[:-1] + [dict(pending[-1], **metrics.get("val", {}))]
+            state.history += pending[:-1] + [dict(pending[-1], **metrics.get("val", {}))]
             saving = do_ckpt and place.rank == 0
             if do_ckpt:
-                metrics[selection.RANK_KEY] = state["best"]["rank"] if new_best else 0
+                metrics[selection.RANK_KEY] = state.best.rank if new_best else 0
             with tempfile.TemporaryDirectory() as tmp:
                 if saving:
                     with clock("checkpoints"):
@@ -230,7 +232,7 @@ def train(job: TrainJob, place: Place, report: Report, *, resume: Path | None = 
             pending, values = [], []
             meter.reset()
             if early and place.rank == 0:
-                print(selection.stop_line(state["best"], state["step"]), flush=True)
+                print(selection.stop_line(state.best, state.step), flush=True)
             if stopping or early:
                 break
     sampler.stop()

@@ -10,7 +10,7 @@ from wellfed.config import DataConfig, TrainConfig
 from wellfed.outputs import atomic_path, write_json
 
 
-def summarize(history: list[dict], seconds: float, figures, best: dict | None = None) -> dict:
+def summarize(history: list[dict], seconds: float, figures, best=None) -> dict:
     """The train stage's headline figures, under the names MLflow shows them by: the last
     validation (`val/*`, whose latest MLflow value is the same number), the step of the best
     one (`train/best_step`, from the `best` record), the run's training wall time over all its
@@ -18,8 +18,8 @@ def summarize(history: list[dict], seconds: float, figures, best: dict | None = 
     `figures` (a `RunFigures`). Aggregations: docs/compare.md, "Headline metrics"."""
     evals = [h for h in history if "val/loss" in h]
     out = {k: v for k, v in evals[-1].items() if k.startswith("val/")} if evals else {}
-    if best and best.get("step"):
-        out["train/best_step"] = best["step"]
+    if best is not None and best.step:  # a train/state.py Best
+        out["train/best_step"] = best.step
     return {**out, "train/seconds": round(seconds, 1),
             "train/rows": int(sum(h["rows"] for h in history)),
             "train/real_tokens_per_s": figures.real_tokens_per_s,

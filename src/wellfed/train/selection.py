@@ -1,14 +1,9 @@
 """Best checkpoint and early stopping: which validation figure ranks the checkpoints, which way
 is better, and the best-so-far record that lives in the training state (so a resume keeps it).
 
-The record, `state["best"]`, is the same on every rank: it is updated from validation figures
-that are already all-reduced, so every rank checkpoints and stops at the same step.
-
-    metric  the validation key that ranks (train.select_metric, auto resolved)
-    step    the step of the best validation so far (0 = none yet)
-    value   its figure
-    rank    how many improvements so far: the k-th new best has rank k
-    since   validations since the best (early stopping counts these)
+The record, `TrainState.best` (train/state.py: `Best`), is the same on every rank: it is updated
+from validation figures that are already all-reduced, so every rank checkpoints and stops at the
+same step.
 
 Checkpoints report `rank` as RANK_KEY when their validation is a new best, else 0. Ray keeps
 the highest-ranked checkpoint (train/driver.py, CheckpointConfig), so "the best" is decided here
@@ -21,6 +16,7 @@ from __future__ import annotations
 import math
 
 from wellfed import tasks
+from wellfed.train.state import Best
 
 LOWER_IS_BETTER = ("val/loss", "val/mse")
 """Validation figures where smaller is better; every other val/* figure is higher-is-better."""
@@ -51,9 +47,9 @@ def resolve(select_metric: str, task: str) -> str:
     return key
 
 
-def fresh(metric: str) -> dict:
+def fresh(metric: str) -> Best:
     """The best-so-far record of a run that has not validated yet."""
-    return {"metric": metric, "step": 0, "value": None, "rank": 0, "since": 0}
+    return Best(metric)
 
 
 def improves(value: float, best: float | None, metric: str) -> bool:
@@ -65,19 +61,19 @@ def improves(value: float, best: float | None, metric: str) -> bool:
     return value < best if metric in LOWER_IS_BETTER else value > best
 
 
-def observe(best: dict, figures: dict[str, float], step: int) -> bool:
+def observe(best: Best, figures: dict[str, float], step: int) -> bool:
     """Update the record `best` in place with one validation at `step`; return whether it is a
     new best."""
-    value = figures[best["metric"]]
-    if improves(value, best["value"], best["metric"]):
-        best.update(step=step, value=value, rank=best["rank"] + 1, since=0)
+    value = figures[best.metric]
+    if improves(value, best.value, best.metric):
+        best.step, best.value, best.rank, best.since = step, value, best.rank + 1, 0
         return True
-    best["since"] += 1
+    best.since += 1
     return False
 
 
-def stop_line(best: dict, step: int) -> str:
+def stop_line(best: Best, step: int) -> str:
     """The line rank 0 prints when early stopping ends the run."""
-    value = "nothing yet" if best["value"] is None else f"{best['value']:.4f} (step {best['step']})"
-    return (f"[wellfed] early stop at step {step}: {best['metric']} has not improved on {value} "
-            f"for {best['since']} validations")
+    value = "nothing yet" if best.value is None else f"{best.value:.4f} (step {best.step})"
+    return (f"[wellfed] early stop at step {step}: {best.metric} has not improved on {value} "
+            f"for {best.since} validations")

@@ -47,6 +47,7 @@ from wellfed.data import staging
 from wellfed.disk import file_sha256, link_tree
 from wellfed.outputs import write_fault
 from wellfed.train import checkpoint
+from wellfed.train.state import TrainState
 
 LAUNCH = re.compile(r"(\d{2,})-(in_process|ray_train|ray_task)")
 ENTRY = re.compile(r"checkpoint_(\d+)")
@@ -317,9 +318,9 @@ class Store:
                             destination_filesystem=pafs.LocalFileSystem())
             yield Path(tmp)
 
-    def state(self, entry: Entry) -> dict:
+    def state(self, entry: Entry) -> TrainState:
         """`entry`'s train_state.json, read in place (no download of the weights)."""
-        return self._read_json(f"{entry.path}/{checkpoint.STATE}")
+        return TrainState.from_json(self._read_json(f"{entry.path}/{checkpoint.STATE}"))
 
     def _read_json(self, path: str) -> dict:
         with self.fs.open_input_stream(path) as f:

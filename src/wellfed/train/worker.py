@@ -5,7 +5,7 @@ Checkpoints: rank 0 reports each one with `checkpoint_upload_fn`, so wellfed's s
 (train/store.py) writes it (temporary name, manifest, rename) into this fit's launch folder and
 Ray registers what the store wrote. A worker starts from `ray.train.get_checkpoint()`, the
 latest one Ray registered (after a worker restart), else from the store's checkpoint the driver
-checked (`config["resume"]`: Ray V2 leaves a run's first checkpoint to the train function).
+checked (`WorkerConfig.resume`: Ray V2 leaves a run's first checkpoint to the train function).
 
 An error no retry can fix (a damaged checkpoint, a bad value, a full or read-only folder) is
 told to the driver's StopFlag before it is raised; the worker group Ray restarts for it
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -25,11 +26,32 @@ from wellfed.train import selection
 from wellfed.train.checkpoint import Damaged
 from wellfed.train.loop import Place, TrainJob, train
 from wellfed.train.preemption import StopCheck
+from wellfed.train.store import Store
 
 
 def permanent(err: BaseException) -> bool:
     """Whether a retry from the last checkpoint would fail the same way."""
     return isinstance(err, (ValueError, Damaged)) or unwritable(err)
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """What every worker is given: Ray Train's `train_loop_config` holds it under one key,
+    `worker`."""
+
+    job: TrainJob
+    threads: int
+    """torch threads (ray.cpus_per_worker)."""
+    store: Store
+    launch: str
+    """This fit's launch folder in the store."""
+    resume: object = None
+    """The ray.train.Checkpoint the driver found good, or None: start from step 0."""
+    stop_flag: object = None
+    """The run's StopFlag actor (preemption.py)."""
+    tokens_uri: str | None = None
+    """Shared storage the token files were staged to (multi-node), else None."""
+    tokens_hash: str | None = None
 
 
 def train_loop_per_worker(config: dict) -> None:
@@ -38,18 +60,17 @@ def train_loop_per_worker(config: dict) -> None:
     import ray.train.torch
     from transformers.utils import logging as hf_logging
 
-    flag = config.get("stop_flag")
+    worker: WorkerConfig = config["worker"]
+    flag = worker.stop_flag
     if flag is not None and ray.get(flag.failure.remote()):
         return  # an earlier attempt hit a permanent error: the driver raises its line
     hf_logging.disable_progress_bar()  # the driver shows progress; workers stay quiet
-    torch.set_num_threads(config["threads"])
-    job: TrainJob = config["job"]
-    store, launch = config["store"], config["launch"]
-    if config.get("tokens_uri"):  # multi-node: this node's local copy of the staged files
+    torch.set_num_threads(worker.threads)
+    job, store, launch = worker.job, worker.store, worker.launch
+    if worker.tokens_uri:  # multi-node: this node's local copy of the staged files
         from wellfed.data.staging import localize
 
-        job = dataclasses.replace(job, tokens_dir=localize(config["tokens_uri"],
-                                                           config["tokens_hash"]))
+        job = dataclasses.replace(job, tokens_dir=localize(worker.tokens_uri, worker.tokens_hash))
     ctx = ray.train.get_context()
     place = Place(ray.train.torch.get_device(), ctx.get_world_rank(), ctx.get_world_size(),
                   ray.get_runtime_context().get_node_id())
@@ -69,7 +90,7 @@ def train_loop_per_worker(config: dict) -> None:
 
     # Ray V2's way to start from a given checkpoint: the latest one Ray registered in this fit
     # (after a worker restart), else the one the driver passed (what the store found good).
-    saved = ray.train.get_checkpoint() or config.get("resume")
+    saved = ray.train.get_checkpoint() or worker.resume
     stop = StopCheck(flag)  # SIGTERM/SIGINT on the driver: preemption.py
     try:
         with saved.as_directory() if saved else contextlib.nullcontext() as resume:
