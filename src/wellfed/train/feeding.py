@@ -15,15 +15,16 @@ from wellfed.data.token_files import TokenFile
 def feed(s, data: TokenFile, path: Path, pad_id: int, rank: int = 0, epoch: int = 0,
          index: int = 0, epochs: int = 1, loader_workers: int = 0, prefetch: int = 2):
     """(step, host micro-batches) of this rank of Setup `s` from (epoch, index) on, cut with
-    `s.spec`. After a step halved the token budget, the rest is planned again with the new one:
-    the global batches do not depend on the budget, only their cut into micro-batches does."""
+    `s.spec`. The replan signal is `s.halvings`, which an out-of-memory redo counts up
+    (train/autobatch.py) as it halves the budget: the rest is then planned again with the new
+    budget. The global batches do not depend on it, only their cut into micro-batches does."""
     while True:
-        spec = s.spec
+        spec, halvings = s.spec, s.halvings
         plan = iterate_steps(data.lengths, spec, rank, epoch, index, epochs)
         for step, batches in micro_batches(plan, data, path, pad_id, spec, loader_workers,
                                            prefetch, s.device.type == "cuda"):
             yield step, batches
-            if s.spec != spec:
+            if s.halvings != halvings:  # the step just taken halved the budget: replan
                 epoch, index = step.epoch, step.index + 1
                 break
         else:

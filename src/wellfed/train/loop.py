@@ -39,9 +39,11 @@ from wellfed.train.setup import learning_rate, run_facts, setup
 from wellfed.train.state import TrainState
 from wellfed.train.step import StepResult, train_step
 from wellfed.train.validation import evaluate_split
+from wellfed.train.worker_report import WorkerFacts, WorkerReport
 
 Report = Callable[[dict, "Path | None"], None]
-"""report(metrics, checkpoint_dir or None): called on every rank; under Ray, ray.train.report."""
+"""report(metrics, checkpoint_dir or None): called on every rank with WorkerReport.as_dict()
+(train/worker_report.py); under Ray, ray.train.report."""
 
 
 @dataclass(frozen=True)
@@ -169,10 +171,9 @@ def train(job: TrainJob, place: Place, report: Report, *, resume: Path | None = 
     name = dev.device_name(device)
     meter = StepMeter(device, device_peak(device, name, s.precision.name, s.precision.dtype),
                       unwrap(model).config)
-    facts = {"rank": place.rank, "steps_total": s.steps, "precision": s.precision.name,
-             "precision_reason": s.precision.reason, "pad_multiple": s.spec.pad_multiple,
-             "device": name, "node": place.node, "peak_flops": meter.peak.flops,
-             "peak_source": meter.peak.source}
+    facts = WorkerFacts(place.rank, s.steps, s.precision.name, s.precision.reason,
+                        s.spec.pad_multiple, name, place.node, meter.peak.flops,
+                        meter.peak.source)
     sampler = DeviceSampler(device).start()
     fed = feed(s, train_data, job.tokens_dir / "train.arrow", job.pad_id, place.rank,
                state.epoch, state.index, cfg.epochs, job.data.loader_workers,
@@ -207,28 +208,27 @@ def train(job: TrainJob, place: Place, report: Report, *, resume: Path | None = 
             with clock("steps"):  # on a GPU, where the queued steps are waited for
                 close_interval(values, pending, place.world)
             bad = check_finite(bad, pending, cfg.max_bad_steps)
-            metrics = {**facts, **run_facts(s), "records": pending, **meter.interval(),
-                       "telemetry": sampler.snapshot(), "sampler": sampler.kind}
-            new_best = early = False
+            interval, telemetry = meter.interval(), sampler.snapshot()
+            val, new_best, early = None, False, False
             if do_eval:  # figures all-reduced: every rank takes the same decisions below
                 with clock("validation"):
-                    metrics["val"] = evaluate_split(s, val_data, place.rank, job.pad_id,
-                                                    len(job.labels))
-                new_best = selection.observe(state.best, metrics["val"], state.step)
+                    val = evaluate_split(s, val_data, place.rank, job.pad_id, len(job.labels))
+                new_best = selection.observe(state.best, val, state.step)
                 early = bool(patience) and not last and state.best.since >= patience
                 # A new best may become data/model, so it gets a checkpoint of its own.
                 do_ckpt = do_ckpt or early or (new_best and cfg.select == "best")
-            state.history += pending[:-1] + [dict(pending[-1], **metrics.get("val", {}))]
+            state.history += pending[:-1] + [dict(pending[-1], **(val or {}))]
             saving = do_ckpt and place.rank == 0
-            if do_ckpt:
-                metrics[selection.RANK_KEY] = state.best.rank if new_best else 0
             with tempfile.TemporaryDirectory() as tmp:
                 if saving:
                     with clock("checkpoints"):
                         checkpoint.save(Path(tmp), s, state, last or early, Path(traces))
                 with clock("reports"):  # the sink copies the checkpoint into its storage here
-                    report({**metrics, "timing": dict(clock.seconds)},
-                           Path(tmp) if saving else None)
+                    sent = WorkerReport(facts, run_facts(s), pending, interval, telemetry,
+                                        sampler.kind, dict(clock.seconds), val,
+                                        (state.best.rank if new_best else 0) if do_ckpt
+                                        else None)
+                    report(sent.as_dict(), Path(tmp) if saving else None)
             pending, values = [], []
             meter.reset()
             if early and place.rank == 0:
