@@ -58,6 +58,26 @@ def test_multi_label_fits_a_temperature_per_label_when_it_measures_better():
     assert guarded[-1] == shared
 
 
+def test_a_tuned_multi_label_threshold_moves_with_one_shared_temperature_and_no_decision_changes():
+    # Over-confident per label, decided at 0.8 (a tuned threshold): per-label temperatures would
+    # move each label's boundary differently, so one shared T is fitted and the threshold moves
+    # with it to sigmoid(logit(0.8) / T), which makes exactly the decisions 0.8 made before.
+    rng = np.random.default_rng(2)
+    z = rng.normal(size=(3000, 3)) * 2
+    gold = (rng.random(z.shape) < 1 / (1 + np.exp(-z))).astype(np.float32)
+    scaled = z * np.array([1.0, 3.0, 6.0])
+    fitted = temperature.fit("multi_label", scaled, gold, threshold=0.8)
+    assert fitted.temperatures.shape == (1,) and fitted.temperatures[0] > 1
+    t = fitted.temperatures[0]
+    assert fitted.threshold == pytest.approx(1 / (1 + np.exp(-np.log(4) / t)))
+    assert 0.5 < fitted.threshold < 0.8 and fitted.changed == 0
+    assert fitted.ece_after < fitted.ece_before
+    before = 1 / (1 + np.exp(-scaled)) >= 0.8
+    after = 1 / (1 + np.exp(-scaled / t)) >= fitted.threshold
+    assert (before == after).all()
+    assert temperature.moved(0.5, t) == 0.5 and temperature.moved(0.3, 1.0) == pytest.approx(0.3)
+
+
 @pytest.mark.parametrize("mode, before, after, changed, applied, says", [
     ("auto", 0.10, 0.02, 0, True, "lowers validation ECE"),
     ("auto", 0.02, 0.03, 0, False, "only when it lowers validation ECE"),

@@ -54,23 +54,23 @@ def export(trained, tokens_dir: Path, meta: dict, train_cfg, model_dir: Path, ur
     with clock("export"):
         history = weights(trained, tokens_dir, model_dir, uri, run_id)
     fixed = train_cfg.threshold if train_cfg.threshold != "tune" else tasks.VAL_THRESHOLD
-    with clock("calibration"):  # before the threshold is tuned: it is tuned on these scores
-        calibrated = temperature.calibrate_model(
-            model_dir, TokenFile(tokens_dir / "validation.arrow"), pad_id, task,
-            train_cfg.calibrate, float(fixed))
-    print(f"[wellfed] {calibrated.line}")
-    tracking.set_tags(uri, run_id, calibrated.tags)
-    info = {"task": task, "text_columns": meta.get("text_columns", ["text"]),
-            "threshold": float(fixed) if task == "multi_label" else tasks.VAL_THRESHOLD,
-            "max_length": meta.get("max_length", 128), "calibration": calibrated.record}
+    validation = TokenFile(tokens_dir / "validation.arrow")
     if task == "multi_label" and train_cfg.threshold == "tune":
         from wellfed import evaluation
 
-        with clock("threshold"):
-            info["threshold"], f1, half = evaluation.threshold_on(
-                model_dir, TokenFile(tokens_dir / "validation.arrow"), pad_id)
-        print(f"[wellfed] multi-label threshold {info['threshold']:g}: validation macro-F1 "
-              f"{f1:.4f} (at 0.5: {half:.4f})")
+        with clock("threshold"):  # on the scores as trained: calibration then keeps its decisions
+            fixed, f1, half = evaluation.threshold_on(model_dir, validation, pad_id)
+        print(f"[wellfed] multi-label threshold {fixed:g}: validation macro-F1 {f1:.4f} "
+              f"(at 0.5: {half:.4f})")
+    with clock("calibration"):
+        calibrated = temperature.calibrate_model(model_dir, validation, pad_id, task,
+                                                 train_cfg.calibrate, float(fixed))
+    print(f"[wellfed] {calibrated.line}")
+    tracking.set_tags(uri, run_id, calibrated.tags)
+    info = {"task": task, "text_columns": meta.get("text_columns", ["text"]),
+            "threshold": calibrated.threshold if task == "multi_label" else tasks.VAL_THRESHOLD,
+            "max_length": meta.get("max_length", 128), "calibration": calibrated.record}
+    if task == "multi_label" and train_cfg.threshold == "tune":
         tracking.log_metrics(uri, run_id, {"train/threshold": info["threshold"]})
     tasks.write_model_info(model_dir, info)  # predict/serve read it beside config.json
     return history
