@@ -85,7 +85,8 @@ class TrainConfig:
     eval_every: int = 50
     """Evaluate on the validation split every N optimizer steps (0 = only at the end)."""
     report_every: int = 10
-    """Send metrics to the driver every N optimizer steps (each report can wait ~2 s on Ray's poll)."""
+    """Send metrics to the driver every N optimizer steps (on Ray Train a report waits until the
+    controller has taken the one before it: up to its 0.2 s poll, docs/scale-out.md)."""
     checkpoint_every: int = 100
     """Save a resumable checkpoint every N optimizer steps (0 = only at the end)."""
     seed: int = 42
