@@ -48,6 +48,25 @@ def tokenizer(tiny_model_dir):
     return load_tokenizer(str(tiny_model_dir))
 
 
+def random_token_files(tokens: Path, tiny_model_dir: Path) -> Path:
+    """`tokens` as the tokenize stage leaves it, for a 2-class task: 256 train and 32 validation
+    rows of 4-11 random ids (seeded), and the tokenizer files without the model config."""
+    import numpy as np
+
+    from wellfed.data.token_files import TokenBatch, write_token_file
+
+    rng = np.random.default_rng(0)
+    for split, rows in (("train", 256), ("validation", 32)):
+        seqs = [rng.integers(1000, 2000, size=rng.integers(4, 12)).astype(np.int32)
+                for _ in range(rows)]
+        write_token_file(tokens / f"{split}.arrow", [TokenBatch(
+            np.concatenate(seqs), np.array([len(s) for s in seqs], np.int32),
+            rng.integers(0, 2, rows), np.arange(rows))])
+    shutil.copytree(tiny_model_dir, tokens / "tokenizer",
+                    ignore=shutil.ignore_patterns("config.json"))
+    return tokens
+
+
 def write_tsv(path: Path, rows: list[tuple[str, str]], header=("sentence", "label")) -> Path:
     import csv
 

@@ -5,16 +5,14 @@ store (train/store.py) as both engines prune them, then chosen by the driver and
 from __future__ import annotations
 
 import dataclasses
-import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
-import numpy as np
 import pytest
 import torch
 
+from tests.conftest import random_token_files
 from wellfed.config import DataConfig, ModelConfig, TrainConfig, load_section
-from wellfed.data.token_files import TokenBatch, write_token_file
 from wellfed.train import checkpoint, driver, export, loop, reports, selection
 from wellfed.train.loop import Place, TrainJob, train
 from wellfed.train.state import Best
@@ -27,16 +25,7 @@ CPU = Place(torch.device("cpu"))
 def job(tmp_path_factory, tiny_model_dir) -> TrainJob:
     """16 steps per epoch (256 rows / 16), validated every 4 steps, no periodic checkpoints:
     every checkpoint but the last is there because its validation was a new best."""
-    tokens = tmp_path_factory.mktemp("tokens")
-    rng = np.random.default_rng(0)
-    for split, rows in (("train", 256), ("validation", 32)):
-        seqs = [rng.integers(1000, 2000, size=rng.integers(4, 12)).astype(np.int32)
-                for _ in range(rows)]
-        write_token_file(tokens / f"{split}.arrow", [TokenBatch(
-            np.concatenate(seqs), np.array([len(s) for s in seqs], np.int32),
-            rng.integers(0, 2, rows), np.arange(rows))])
-    shutil.copytree(tiny_model_dir, tokens / "tokenizer",
-                    ignore=shutil.ignore_patterns("config.json"))  # as the tokenize stage leaves it
+    tokens = random_token_files(tmp_path_factory.mktemp("tokens"), tiny_model_dir)
     cfg = TrainConfig(epochs=1, lr=3e-3, global_batch_size=16, micro_batch_size=16, eval_every=4,
                       report_every=4, checkpoint_every=0, precision="fp32", seed=0,
                       warmup_ratio=0.0)

@@ -4,19 +4,16 @@ then the driver resuming across damage, in-process and (marked e2e) on Ray Train
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import json
 import os
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
-import torch
 
+from tests.conftest import random_token_files
 from wellfed.config import DataConfig, ModelConfig, RayConfig, TrainConfig
-from wellfed.data.token_files import TokenBatch, write_token_file
 from wellfed.outputs import WriteFault
 from wellfed.train import checkpoint, driver
 from wellfed.train.loop import TrainJob
@@ -191,16 +188,7 @@ def test_seconds_add_up_over_launches_even_one_killed(tmp_path):
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory, tiny_model_dir) -> TrainJob:
-    tokens = tmp_path_factory.mktemp("tokens")
-    rng = np.random.default_rng(0)
-    for split, rows in (("train", 256), ("validation", 32)):
-        seqs = [rng.integers(1000, 2000, size=rng.integers(4, 12)).astype(np.int32)
-                for _ in range(rows)]
-        write_token_file(tokens / f"{split}.arrow", [TokenBatch(
-            np.concatenate(seqs), np.array([len(s) for s in seqs], np.int32),
-            rng.integers(0, 2, rows), np.arange(rows))])
-    shutil.copytree(tiny_model_dir, tokens / "tokenizer",
-                    ignore=shutil.ignore_patterns("config.json"))
+    tokens = random_token_files(tmp_path_factory.mktemp("tokens"), tiny_model_dir)
     cfg = TrainConfig(epochs=1, lr=3e-3, global_batch_size=16, micro_batch_size=8, eval_every=0,
                       report_every=4, checkpoint_every=4, precision="fp32", seed=0,
                       warmup_ratio=0.0)

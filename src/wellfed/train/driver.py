@@ -26,7 +26,7 @@ from wellfed.data import staging
 from wellfed.data.token_files import TokenFile
 from wellfed.telemetry.phases import Phases
 from wellfed.train import failures, preemption, runs, selection
-from wellfed.train.runs import interrupted, kept_while_running, latest_step, planned_steps
+from wellfed.train.runs import kept_while_running, latest_step, planned_steps
 from wellfed.train.mlflow_run import derived_tags, marked_failed, open_run
 from wellfed.train.placement import SHARED_GPUS, fit_placed, placed, queued
 from wellfed.train.preflight import check_request, check_resources, in_process, local_gpu
@@ -209,14 +209,9 @@ def fit_in_process(job: TrainJob, run: runs.Run, store: Store, resume: Entry | N
         run_id, backlog = opened(derived_tags(job, run, ray_cfg, use_gpu, "in_process"))
     with marked_failed(uri, run_id):
         launch = store.open_launch("in_process")
-    try:
-        with clock("train"):
-            run_in_process(job, ray_cfg, use_gpu, run, store, launch, resume, uri, run_id,
-                           backlog, storage)
-    except KeyboardInterrupt:
-        raise interrupted(run, store) from None
-    finally:
-        store.close_launch(launch, clock.seconds.get("train", 0.0))
+    with runs.training(run, store, launch, clock):
+        run_in_process(job, ray_cfg, use_gpu, run, store, launch, resume, uri, run_id, backlog,
+                       storage)
     return run_id, backlog
 
 
@@ -245,13 +240,8 @@ def fit_on_ray(job: TrainJob, run: runs.Run, store: Store, resume: Entry | None,
             launch = store.open_launch("ray_train")
         worker = WorkerConfig(job, ray_cfg.cpus_per_worker, store, launch, tokens_uri=tokens_uri,
                               tokens_hash=run.data_hash if tokens_uri else None)
-        try:
-            with clock("train"):
-                run_trainer(worker, ray_cfg, use_gpu, store, resume, uri, run_id, backlog)
-        except KeyboardInterrupt:
-            raise interrupted(run, store) from None
-        finally:
-            store.close_launch(launch, clock.seconds.get("train", 0.0))
+        with runs.training(run, store, launch, clock):
+            run_trainer(worker, ray_cfg, use_gpu, store, resume, uri, run_id, backlog)
     finally:
         with clock("ray stop"):
             ray.shutdown()

@@ -112,7 +112,7 @@ def fit_placed(job, run, store, resume, ray_cfg, tokens_dir, opened, uri: str, c
     from wellfed.cluster import connect
     from wellfed.data import staging
     from wellfed.train import preemption
-    from wellfed.train.runs import interrupted, kept_while_running, latest_step, planned_steps
+    from wellfed.train.runs import kept_while_running, latest_step, planned_steps, training
     from wellfed.train.mlflow_run import derived_tags, marked_failed
     from wellfed.train.preflight import wants_gpu
 
@@ -132,16 +132,10 @@ def fit_placed(job, run, store, resume, ray_cfg, tokens_dir, opened, uri: str, c
         flag = preemption.new_stop_flag()
         args = (job, store, launch, resume, kept_while_running(job.train), use_gpu,
                 ray_cfg.cpus_per_worker, uri, run_id, str(backlog), flag, *tokens)
-        try:
-            with clock("train"):
-                preemption.run_stoppable(
-                    lambda: run_placed(trial, *args, need=need, label=f"run {run.name}"),
-                    flag.request.remote, lambda: latest_step(store),
-                    planned_steps(job))
-        except KeyboardInterrupt:
-            raise interrupted(run, store) from None
-        finally:
-            store.close_launch(launch, clock.seconds.get("train", 0.0))
+        with training(run, store, launch, clock):
+            preemption.run_stoppable(
+                lambda: run_placed(trial, *args, need=need, label=f"run {run.name}"),
+                flag.request.remote, lambda: latest_step(store), planned_steps(job))
     finally:
         with clock("ray stop"):
             ray.shutdown()

@@ -14,6 +14,7 @@ or a summary of the recipe) and keeps the key and the full hash as tags.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -154,3 +155,18 @@ def interrupted(run: Run, store) -> Interrupted:
     kept = f"the checkpoint of step {step} is kept" if step else "no checkpoint yet"
     return Interrupted(f"training stopped by Ctrl-C ({kept}): rerun `dvc repro` to resume "
                        f"run {run.name} from there, into the same MLflow run")
+
+
+@contextlib.contextmanager
+def training(run: Run, store, launch: str, clock):
+    """A launch's training, whatever the engine: its seconds go to `clock` ("train") and to the
+    launch's record in the store, even when it fails; Ctrl-C becomes the line that says how to
+    resume."""
+    try:
+        with clock("train"):
+            yield
+    except KeyboardInterrupt:
+        raise interrupted(run, store) from None
+    finally:
+        store.close_launch(launch, clock.seconds.get("train", 0.0))
+
