@@ -254,7 +254,7 @@ def calibrate_model(model_dir: Path, data, pad_id: int, task: str, mode: str,
             "calibration.temperature": f"{float(np.median(fitted.temperatures)):.4g}",
             "calibration.applied": str(bool(apply)).lower()}
     moves = task == "multi_label" and fitted.threshold != threshold
-    if moves:
+    if moves and apply:
         record["threshold_before"] = threshold
     asked = "WARNING: " if mode == "temperature" and not apply else ""  # asked for, not done
     line = (f"{asked}calibration: {_shown(fitted.temperatures)} fitted on validation ({len(data)} "
