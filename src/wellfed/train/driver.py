@@ -76,10 +76,10 @@ def run_trainer(worker, ray_cfg: RayConfig, use_gpu: bool, store: Store,
         ray.train.Checkpoint(resume.path, filesystem=store.fs) if resume else None))
     job = worker.job
     # A worker's ray.train.report waits until Ray Train's controller takes the one before it
-    # off a queue of one, and the controller looks once per health check (2 s by default): a
-    # report every few fast steps then held the workers 2 s each time (39 of a 77 s train
-    # stage in the e2e pipeline; docs/scale-out.md). Ray reads this variable on the driver and
-    # passes it to the controller; a value the user set wins.
+    # off a queue of one, and the controller looks once per health check (2 s by default):
+    # reports every few fast steps held the workers at each one (benchmarks/ray_reports.py,
+    # docs/scale-out.md). Ray reads this variable on the driver and passes it to the
+    # controller; a value the user set wins.
     os.environ.setdefault(POLL_ENV, POLL_S)
     per_worker = {"CPU": ray_cfg.cpus_per_worker}
     if use_gpu:  # 1 = a GPU of its own; a share lets workers of several runs share one
