@@ -18,7 +18,6 @@ SECRET_VALUE = re.compile(r"(hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|sk-[
                           r"|AKIA[0-9A-Z]{16}|://[^/\s:@]+:[^/\s@]+@)")
 
 
-
 def scrub(params: dict[str, Any]) -> dict[str, Any]:
     """Never let a credential reach MLflow: drop secret-looking keys, redact secret-looking values."""
     return {k: ("<redacted>" if SECRET_VALUE.search(str(v)) else v)

@@ -22,7 +22,6 @@ from wellfed import tasks, tracking
 from wellfed.cli import StageError
 from wellfed.cluster import connect, local_token_auth
 from wellfed.config import DataConfig, ModelConfig, RayConfig, TrainConfig
-from wellfed.data import staging
 from wellfed.data.token_files import TokenFile
 from wellfed.telemetry.phases import Phases
 from wellfed.train import failures, preemption, runs, selection
@@ -229,17 +228,13 @@ def fit_on_ray(job: TrainJob, run: runs.Run, store: Store, resume: Entry | None,
     try:
         use_gpu = wants_gpu(ray_cfg)
         check_resources(ray_cfg, use_gpu)
-        tokens_uri = None
-        if ray_cfg.storage_path:  # shared storage: every node reads the tokens from there
-            tokens_uri, sent = staging.upload(tokens_dir, run.storage_uri, run.data_hash)
-            print(f"[wellfed] token files {'uploaded to' if sent else 'already at'} "
-                  f"{tokens_uri}", flush=True)
+        tokens_uri, tokens_hash = runs.staged_tokens(ray_cfg, tokens_dir, run)
         with clock("mlflow run start"):
             run_id, backlog = opened(derived_tags(job, run, ray_cfg, use_gpu, "ray_train"))
         with marked_failed(uri, run_id):
             launch = store.open_launch("ray_train")
         worker = WorkerConfig(job, ray_cfg.cpus_per_worker, store, launch, tokens_uri=tokens_uri,
-                              tokens_hash=run.data_hash if tokens_uri else None)
+                              tokens_hash=tokens_hash)
         with runs.training(run, store, launch, clock):
             run_trainer(worker, ray_cfg, use_gpu, store, resume, uri, run_id, backlog)
     finally:

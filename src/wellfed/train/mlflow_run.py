@@ -32,8 +32,9 @@ def open_run(run: runs.Run, uri: str, experiment: str, params: dict, tags: dict,
         storage.mkdir(parents=True, exist_ok=True)
         backlog = storage.resolve() / f".{run.name}.mlflow-backlog.jsonl"  # the driver's node
         flush_backlog(uri, run_id, backlog)  # left by an interrupted run: log it before resuming
-        tracking.log_params(uri, run_id, params, {**tags, **derived, **provenance.library_versions(),
-                                                  "data.tokens_sha256": run.data_hash})
+        tracking.log_params(uri, run_id, params,
+                            {**tags, **derived, **provenance.library_versions(),
+                             "data.tokens_sha256": run.data_hash})
     return run_id, backlog
 
 

@@ -110,9 +110,9 @@ def fit_placed(job, run, store, resume, ray_cfg, tokens_dir, opened, uri: str, c
 
     from wellfed.cli import StageError
     from wellfed.cluster import connect
-    from wellfed.data import staging
     from wellfed.train import preemption
-    from wellfed.train.runs import kept_while_running, latest_step, planned_steps, training
+    from wellfed.train.runs import (kept_while_running, latest_step, planned_steps,
+                                    staged_tokens, training)
     from wellfed.train.mlflow_run import derived_tags, marked_failed
     from wellfed.train.preflight import wants_gpu
 
@@ -123,8 +123,7 @@ def fit_placed(job, run, store, resume, ray_cfg, tokens_dir, opened, uri: str, c
         need = request(ray_cfg.cpus_per_worker, ray_cfg.gpus_per_worker if use_gpu else 0)
         if problem := fits_at_all(need, ray.cluster_resources()):
             raise StageError(problem)
-        tokens = (staging.upload(tokens_dir, run.storage_uri, run.data_hash)[0], run.data_hash
-                  ) if ray_cfg.storage_path else (None, None)
+        tokens = staged_tokens(ray_cfg, tokens_dir, run)
         with clock("mlflow run start"):
             run_id, backlog = opened(derived_tags(job, run, ray_cfg, use_gpu, "ray_task"))
         with marked_failed(uri, run_id):

@@ -170,3 +170,13 @@ def training(run: Run, store, launch: str, clock):
     finally:
         store.close_launch(launch, clock.seconds.get("train", 0.0))
 
+
+def staged_tokens(ray_cfg, tokens_dir: Path, run: Run) -> tuple[str | None, str | None]:
+    """(where the token files were staged, their hash) with `ray.storage_path` set, so every
+    node reads them from there (multi-node); (None, None) without it."""
+    if not ray_cfg.storage_path:
+        return None, None
+    uri, sent = staging.upload(tokens_dir, run.storage_uri, run.data_hash)
+    print(f"[wellfed] token files {'uploaded to' if sent else 'already at'} {uri}", flush=True)
+    return uri, run.data_hash
+

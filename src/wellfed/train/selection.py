@@ -5,9 +5,9 @@ The record, `TrainState.best` (train/state.py: `Best`), is the same on every ran
 from validation figures that are already all-reduced, so every rank checkpoints and stops at the
 same step.
 
-Checkpoints report `rank` as RANK_KEY when their validation is a new best, else 0. Ray keeps
-the highest-ranked checkpoint (train/driver.py, CheckpointConfig), so "the best" is decided here
-once, by strict improvement, and never by Ray comparing floats: a tie is not an improvement, so
+Checkpoints report `rank` as RANK_KEY when their validation is a new best, else 0. The store
+keeps the highest-ranked checkpoint (train/store.py, its manifest's `rank`), so "the best" is
+decided here once, by strict improvement, and never by comparing floats later: a tie is not an improvement, so
 the earliest of equal figures stays the best, and a non-finite figure never becomes it.
 """
 
