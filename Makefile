@@ -31,7 +31,9 @@ run: install            ## prepare -> tokenize -> train -> evaluate on the offli
 	@echo "done: data/eval/metrics.json, data/train/diagnosis.md, models:/wellfed-classifier@champion; compare runs with 'dvc exp show --only-changed' or 'make ui'"
 
 test: install           ## every tier: unit, e2e pipelines, real data (CI)
-	python -m pytest tests -s --durations=15 -m "slow or e2e or not (slow or e2e)"
+	@# the fast tier as a newcomer runs it, plain `pytest` (no `python -m`: the cwd is not on sys.path)
+	pytest
+	python -m pytest tests -s --durations=15 -m "slow or e2e"
 
 test-fast: install      ## the fast tier: unit tests only (the same as a plain `pytest`)
 	python -m pytest tests

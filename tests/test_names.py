@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mlflow.entities import Metric
 
-from conftest import PROJECT
+from tests.conftest import PROJECT
 from wellfed.names import MAX_CHARS, keys
 
 AWKWARD = ["refund?", "card/lost", "naïve café"]

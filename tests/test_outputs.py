@@ -5,7 +5,7 @@ import subprocess
 import sys
 import textwrap
 
-from conftest import PROJECT, write_tsv
+from tests.conftest import PROJECT, write_tsv
 from wellfed.outputs import atomic_path, remove_leftovers
 
 # A process that starts writing `final` as a folder and is then killed (SIGKILL: no cleanup runs),

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from test_serving import TEXTS, save_model
+from tests.test_serving import TEXTS, save_model
 from wellfed import serving
 from wellfed.config import PredictConfig, load_params
 from wellfed.data import sources

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import PROJECT
+from tests.conftest import PROJECT
 
 GOOD = "sentence\tlabel\n" + "".join(f"good film {i}\t{i % 2}\n" for i in range(20))
 ONLY = {"validation": "", "test": ""}  # train alone; validation is carved from it

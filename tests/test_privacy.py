@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import PROJECT
+from tests.conftest import PROJECT
 from wellfed import privacy
 from wellfed.cli import stage
 from wellfed.config import RayConfig

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PROJECT
+from tests.conftest import PROJECT
 
 SHELLCHECK = shutil.which("shellcheck", path=str(Path(sys.executable).parent)) or shutil.which("shellcheck")
 
@@ -18,7 +18,16 @@ def test_shell_scripts_are_shellcheck_clean():
     assert proc.returncode == 0, proc.stdout
 
 
-def test_the_suite_has_one_conftest_so_from_conftest_import_means_tests_conftest():
-    # pytest registers every conftest.py as the module `conftest`: a second one (say tests/train/)
-    # replaces tests/conftest.py in sys.modules, and a later `from conftest import PROJECT` fails.
-    assert sorted(p.relative_to(PROJECT) for p in PROJECT.glob("tests/**/conftest.py")) == [Path("tests/conftest.py")]
+def test_every_test_folder_is_a_package_so_plain_pytest_imports_tests_from_a_clone():
+    # Plain `pytest` puts the first folder above a package on sys.path: with an __init__.py in
+    # every test folder that is the project root, so `from tests.conftest import ...` works
+    # without `python -m` (a clone without them failed 15 modules at collection).
+    folders = {p.parent for p in PROJECT.glob("tests/**/test_*.py")}
+    assert len(folders) >= 5
+    assert sorted(str(f.relative_to(PROJECT)) for f in folders
+                  if not (f / "__init__.py").is_file()) == []
+    ambiguous = [str(p.relative_to(PROJECT)) for p in PROJECT.glob("tests/**/*.py")
+                 if "\nfrom conftest import" in p.read_text(encoding="utf-8")]
+    assert ambiguous == []
+
+

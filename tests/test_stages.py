@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from conftest import PROJECT, write_tsv
+from tests.conftest import PROJECT, write_tsv
 
 
 def run_prepare(tmp_path: Path, prepare_params: dict):

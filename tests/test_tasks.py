@@ -16,7 +16,7 @@ import yaml
 from scipy.stats import pearsonr
 from sklearn.metrics import accuracy_score, f1_score
 
-from conftest import PROJECT
+from tests.conftest import PROJECT
 from wellfed import tasks
 from wellfed.config import DataConfig, ModelConfig, TrainConfig
 from wellfed.data.token_files import TokenFile

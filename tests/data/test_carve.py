@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import prepare_frames
+from tests.conftest import prepare_frames
 from wellfed.config import PrepareConfig
 from wellfed.data.carve import held_per_class, stratified_held
 

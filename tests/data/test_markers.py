@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import PROJECT, prepare_frames, read_whole
+from tests.conftest import PROJECT, prepare_frames, read_whole
 from wellfed.config import PrepareConfig, load_section
 from wellfed.data import markers
 

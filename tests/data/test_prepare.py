@@ -1,7 +1,7 @@
 import pandas as pd
 import pytest
 
-from conftest import prepare_frames
+from tests.conftest import prepare_frames
 from wellfed.config import PrepareConfig
 
 

@@ -3,7 +3,7 @@ import json
 import pandas as pd
 import pytest
 
-from conftest import read_whole, write_tsv
+from tests.conftest import read_whole, write_tsv
 
 
 def test_tsv_with_quoted_tabs_newlines_and_bom(tmp_path):

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import prepare_frames, read_whole
+from tests.conftest import prepare_frames, read_whole
 from wellfed.config import PrepareConfig
 from wellfed.data import prepare, sources
 

@@ -351,7 +351,7 @@ wait""",
 
 
 def test_the_sbatch_script_forwards_slurms_sigterm_waits_for_the_checkpoint_and_requeues(tmp_path):
-    from conftest import PROJECT
+    from tests.conftest import PROJECT
 
     bin_dir, venv = tmp_path / "bin", tmp_path / "venv"
     bin_dir.mkdir()
