@@ -36,10 +36,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 import gpu_throughput as gt
 import harness
+import numpy as np
 import train_throughput as tt
 
 NAME = "gpu_graphs"
@@ -72,6 +71,7 @@ def wellfed_run(data, arrow: Path, pad_id: int, model_fn, *, batch: int, micro_t
     (record, model, setup). Stamps after each step, synchronised after the first, the middle and
     the last; the per-step losses are read once at the end."""
     import torch
+
     from wellfed.config import TrainConfig
     from wellfed.data.batching import collate
     from wellfed.telemetry.meter import StepMeter
@@ -303,6 +303,7 @@ def steady_steps(data, arrow, ctx, model_fn, batch: int, graphed: bool, probe: b
     """Warm up (graphed: until every shape is captured, at most 400 steps), then time `timed`
     steps, synchronised at both ends; with `probe`, also count syncs and profile 5 steps."""
     import torch
+
     from wellfed.config import TrainConfig
     from wellfed.data.batching import collate
     from wellfed.telemetry.meter import StepMeter
@@ -436,9 +437,9 @@ def first_rows(texts, labels, ctx, tag: str):
 
 
 def dev_accuracy(model, dev_data, pad_id: int, s) -> float:
-    """Dev accuracy as the evaluate stage scores it (evaluation.predict, the exported model's
+    """Dev accuracy as the evaluate stage scores it (predictions.predict, the exported model's
     path), on this device and precision."""
-    from wellfed.evaluation import predict
+    from wellfed.evaluate.predictions import predict
 
     probs = predict(model, dev_data, pad_id, s.device, s.precision)
     return round(float((probs.argmax(1) == dev_data.labels).mean()), 4)
@@ -448,6 +449,7 @@ def context(tmp: Path) -> dict:
     import torch
     from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
+
     from wellfed import device as dev
     from wellfed.telemetry.gpu import DeviceSampler
 

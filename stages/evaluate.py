@@ -11,11 +11,13 @@ from transformers import AutoModelForSequenceClassification
 from transformers.utils import logging as hf_logging
 
 from wellfed import device as dev
-from wellfed import eval_tracking, evaluation, serving, temperature, tracking
 from wellfed.cli import stage
 from wellfed.config import load_params
 from wellfed.data.token_files import TokenFile
+from wellfed.evaluate import plots, predictions, scores, temperature
 from wellfed.outputs import atomic_path, write_json
+from wellfed.track import eval_tracking, tracking
+from wellfed.use import serving
 
 
 @stage
@@ -30,36 +32,36 @@ def main(tokens_dir, model_dir, run_json, eval_dir):
     model = AutoModelForSequenceClassification.from_pretrained(model_dir)
     names, spec = meta["labels"], serving.read_spec(model_dir)
     task, threshold = spec.task, spec.threshold
-    outputs = evaluation.predict(model, data, meta["pad_id"], device, precision, task=task)
+    outputs = predictions.predict(model, data, meta["pad_id"], device, precision, task=task)
     metrics = {"split": split, "task": task,
-               **evaluation.score_task(task, data.labels, outputs, names, threshold),
-               **evaluation.calibration(task, data.labels, outputs)}  # {} for regression
+               **scores.score_task(task, data.labels, outputs, names, threshold),
+               **scores.calibration(task, data.labels, outputs)}  # {} for regression
     record = temperature.read(model_dir)  # folded into the weights: `outputs` are calibrated
     if record.get("method") == "temperature":
-        metrics["ece_uncalibrated"] = evaluation.calibration(
+        metrics["ece_uncalibrated"] = scores.calibration(
             task, data.labels, temperature.uncalibrated(task, outputs, record))["ece"]
-    frame = evaluation.predictions_frame(data, outputs, names, task, threshold)
+    frame = predictions.predictions_frame(data, outputs, names, task, threshold)
     with atomic_path(out / "predictions.parquet") as tmp:
         frame.to_parquet(tmp, index=False)
-    pairs = evaluation.confusion_pairs(frame, task, names)
+    pairs = scores.confusion_pairs(frame, task, names)
     with atomic_path(out / "confusion.csv") as tmp:
         pairs.to_csv(tmp, index=False)
     with atomic_path(out / "confusion.png") as tmp:
         if task == "regression":
-            evaluation.plot_scatter(data.labels, outputs, names, tmp)
+            plots.plot_scatter(data.labels, outputs, names, tmp)
         else:
             shown = names + ["(none)"] if task == "multi_label" else names
-            matrix = evaluation.confusion(pairs, shown)
+            matrix = scores.confusion(pairs, shown)
             metrics["confusion_matrix"] = matrix.tolist()
-            evaluation.plot_confusion(matrix, shown, tmp)
+            plots.plot_confusion(matrix, shown, tmp)
     with atomic_path(out / "reliability.png") as tmp:  # can the scores be read as probabilities?
         if "calibration" in metrics:
-            evaluation.plot_reliability(metrics["calibration"], metrics["ece"], tmp)
+            plots.plot_reliability(metrics["calibration"], metrics["ece"], tmp)
         else:
-            evaluation.plot_residuals(data.labels, outputs, names, tmp)
+            plots.plot_residuals(data.labels, outputs, names, tmp)
     write_json(out / "report.json", metrics)  # per-class scores, confusion matrix: the detail
     run = json.loads(Path(run_json).read_text())
-    figures = {f"eval/{k}": metrics[k] for k in evaluation.HEADLINE[task]}
+    figures = {f"eval/{k}": metrics[k] for k in scores.HEADLINE[task]}
     write_json(out / "metrics.json", figures)  # the DVC metrics: MLflow's names and values
     if "ece_uncalibrated" in metrics:  # the exported head is calibrated (train.calibrate)
         tracking.set_tags(run["tracking_uri"], run["mlflow_run_id"], {
@@ -71,7 +73,7 @@ def main(tokens_dir, model_dir, run_json, eval_dir):
         eval_tracking.split_fingerprint(meta, tokens, split), mlflow_cfg.champion_alias)
     words = {"macro_f1": "macro F1", "micro_f1": "micro F1", "ece": "ECE"}
     shown = ", ".join(f"{words.get(k, k.replace('_', ' '))} {metrics[k]:.4f}"
-                      for k in evaluation.HEADLINE[task])
+                      for k in scores.HEADLINE[task])
     at = f" at threshold {threshold:g}" if task == "multi_label" else ""
     before = (f" (ECE {metrics['ece_uncalibrated']:.4f} before calibration)"
               if "ece_uncalibrated" in metrics else "")

@@ -8,7 +8,7 @@ INPUT that entry's file and PREDICTIONS data/predictions/<name>.parquet.
 
 from wellfed.cli import stage
 from wellfed.config import load_params
-from wellfed.predict import predict_file
+from wellfed.use.predict import predict_file
 
 
 @stage

@@ -12,11 +12,11 @@ import json  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from wellfed import provenance, registry, run_note, sweeps, tracking, ui_links  # noqa: E402
 from wellfed.cli import one_line, stage  # noqa: E402
 from wellfed.config import SECTIONS, flatten, load_params  # noqa: E402
 from wellfed.outputs import write_json  # noqa: E402
 from wellfed.telemetry.phases import Phases, stage_breakdown  # noqa: E402
+from wellfed.track import provenance, registry, run_note, sweeps, tracking, ui_links  # noqa: E402
 from wellfed.train import driver, export, preemption, reports  # noqa: E402
 from wellfed.train.mlflow_run import marked_failed  # noqa: E402
 

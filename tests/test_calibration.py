@@ -1,10 +1,11 @@
-"""Expected calibration error and the reliability plot (evaluation.calibration)."""
+"""Expected calibration error and the reliability plot (scores.calibration)."""
 
 import numpy as np
 import pytest
 from sklearn.calibration import calibration_curve
 
-from wellfed.evaluation import HEADLINE, calibration, plot_reliability
+from wellfed.evaluate.plots import plot_reliability
+from wellfed.evaluate.scores import HEADLINE, calibration
 
 
 def test_ece_matches_a_hand_computation():

@@ -1,4 +1,4 @@
-"""wellfed.significance / wellfed.compare: paired flips, McNemar, bootstrap, refusals, run lookup."""
+"""wellfed.compare.significance / wellfed.compare: paired flips, McNemar, bootstrap, refusals, run lookup."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import pytest
 from scipy.stats import binomtest
 from sklearn.metrics import f1_score
 
-from wellfed import significance
-from wellfed.compare import main
-from wellfed.significance import compare
-from wellfed.prediction_sources import Scored, load
+from wellfed.compare import significance
+from wellfed.compare.command import main
+from wellfed.compare.prediction_sources import Scored, load
+from wellfed.compare.significance import compare
 
 LABELS = ["neg", "neu", "pos"]
 
@@ -231,7 +231,7 @@ def test_folders_compare_and_a_refusing_store_does_not_lose_the_result(tmp_path,
                                                                       monkeypatch):
     import mlflow
 
-    from wellfed import tracking
+    from wellfed.track import tracking
 
     ids, gold, pred_a, pred_b, _, _ = planted()
     a = write_eval(tmp_path / "a" / "eval", ids, gold, pred_a)

@@ -1,4 +1,4 @@
-"""wellfed.seed_significance / wellfed-compare over groups of runs: the two-way bootstrap against
+"""wellfed.compare.seed_significance / wellfed-compare over groups of runs: the two-way bootstrap against
 a slow reference, planted seed spread both ways, closed-form variances, refusals, sweeps."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 from sklearn.metrics import f1_score
 
-from wellfed import seed_significance, significance
-from wellfed.compare import main
-from wellfed.prediction_sources import Scored
-from wellfed.seed_significance import compare_groups
+from wellfed.compare import seed_significance, significance
+from wellfed.compare.command import main
+from wellfed.compare.prediction_sources import Scored
+from wellfed.compare.seed_significance import compare_groups
 
 LABELS = ["neg", "neu", "pos"]
 ROWS = 1000

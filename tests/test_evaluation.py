@@ -4,7 +4,8 @@ import torch
 from wellfed import device as dev
 from wellfed.config import ModelConfig
 from wellfed.data.token_files import TokenBatch, TokenFile, write_token_file
-from wellfed.evaluation import predict, predictions_frame, score
+from wellfed.evaluate.predictions import predict, predictions_frame
+from wellfed.evaluate.scores import score
 from wellfed.model import load_model
 
 

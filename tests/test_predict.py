@@ -1,4 +1,4 @@
-"""`python -m wellfed.predict`: any file prepare reads -> predictions in input row order, chunk
+"""`wellfed-predict`: any file prepare reads -> predictions in input row order, chunk
 by chunk, with prepare's one-line errors and nothing written on failure."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 
 from tests.test_serving import TEXTS, save_model
-from wellfed import serving
 from wellfed.config import PredictConfig, load_params
 from wellfed.data import sources
-from wellfed.predict import input_chunks, predict_file, write_predictions
+from wellfed.use import serving
+from wellfed.use.predict import input_chunks, predict_file, write_predictions
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +57,7 @@ def test_bad_input_is_one_line_exit_1_and_no_output(tmp_path, pair_model):
               "not 1")]
     for args, expected in cases:
         out = tmp_path / "out.parquet"
-        proc = subprocess.run([sys.executable, "-m", "wellfed.predict", str(pair_model), args[0],
+        proc = subprocess.run([sys.executable, "-m", "wellfed.use.predict", str(pair_model), args[0],
                                str(out), *args[1:]], capture_output=True, text=True, timeout=120)
         assert proc.returncode == 1, proc.stderr
         lines = proc.stderr.strip().splitlines()

@@ -8,7 +8,7 @@ import json
 import mlflow
 import pytest
 
-from wellfed import registry
+from wellfed.track import registry
 
 NAME, ALIAS, METRIC = "demo-classifier", "champion", "eval/macro_f1"
 SPLIT, OTHER = "a" * 64, "b" * 64
@@ -95,7 +95,7 @@ def test_the_run_note_says_where_the_version_stands():
     """The note's registry line, for a version that took the alias and one that did not."""
     from types import SimpleNamespace
 
-    from wellfed import run_note
+    from wellfed.track import run_note
 
     run = SimpleNamespace(data=SimpleNamespace(metrics={"val/macro_f1": 0.9}, params={},
                                                tags={}),

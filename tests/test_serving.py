@@ -18,7 +18,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from wellfed import serving, tracking
+from wellfed.track import tracking
+from wellfed.use import serving
 
 LABELS = ["negative", "card/lost", "refund?"]  # keys: negative, card_lost, refund
 # Very different lengths, in no length order: batches are length-sorted and scattered back.
@@ -88,7 +89,7 @@ def test_any_single_string_column_is_the_text_and_a_missing_column_is_one_line(p
 def test_importing_the_predictor_leaves_mlflow_unimported():
     """A stage sets MLflow's log level after its imports (cli.console); MLflow reads it once,
     when first imported, so an import of serving must not import MLflow."""
-    code = "import sys, wellfed.serving; print('mlflow' in sys.modules)"
+    code = "import sys, wellfed.use.serving; print('mlflow' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -150,8 +151,8 @@ def test_registered_model_loads_with_pyfunc_and_answers_in_input_order(registere
     np.testing.assert_allclose(out["score"], expected["score"], atol=1e-6)
     # the model carries its own code: wellfed's serving module and what it imports
     code = Path(mlflow.artifacts.download_artifacts(f"models:/serve-classifier/1")) / "code"
-    assert sorted(p.name for p in (code / "wellfed").glob("*.py")) == \
-        ["__init__.py", "device.py", "names.py", "serving.py", "tasks.py"]
+    assert sorted(str(p.relative_to(code / "wellfed")) for p in (code / "wellfed").rglob("*.py")) \
+        == ["__init__.py", "device.py", "names.py", "tasks.py", "use/__init__.py", "use/serving.py"]
 
 
 def free_port() -> int:

@@ -1,4 +1,4 @@
-"""Temperature scaling (wellfed.temperature): fitted on validation logits, folded into the exported
+"""Temperature scaling (wellfed.evaluate.temperature): fitted on validation logits, folded into the exported
 model's head, so evaluate, the predictor, the served MLflow model and `pipeline()` give the same
 calibrated scores."""
 
@@ -15,9 +15,11 @@ import pytest
 import torch
 
 from wellfed import device as dev
-from wellfed import evaluation, serving, tasks, temperature
+from wellfed import tasks
 from wellfed.config import load_section
 from wellfed.data.token_files import TokenBatch, TokenFile, write_token_file
+from wellfed.evaluate import predictions, scores, temperature
+from wellfed.use import serving
 
 CPU, FP32 = torch.device("cpu"), dev.Precision("fp32", "test")
 SCALE = 4.0  # the planted head's factor: logits with an sd of ~8, scores near 1
@@ -169,7 +171,7 @@ def raw_logits(model_dir: Path, data: TokenFile, task: str) -> np.ndarray:
     from transformers import AutoModelForSequenceClassification
 
     model = AutoModelForSequenceClassification.from_pretrained(model_dir)
-    return evaluation.predict(model, data, 0, CPU, FP32, task=task, logits=True)
+    return predictions.predict(model, data, 0, CPU, FP32, task=task, logits=True)
 
 
 def calibrated_outputs(model_dir: Path, data: TokenFile, task: str) -> np.ndarray:
@@ -177,7 +179,7 @@ def calibrated_outputs(model_dir: Path, data: TokenFile, task: str) -> np.ndarra
     from transformers import AutoModelForSequenceClassification
 
     model = AutoModelForSequenceClassification.from_pretrained(model_dir)
-    return evaluation.predict(model, data, 0, CPU, FP32, task=task)
+    return predictions.predict(model, data, 0, CPU, FP32, task=task)
 
 
 def record_with(model_dir: Path, calibrated) -> None:
@@ -213,9 +215,9 @@ def test_calibration_lowers_validation_ece_and_leaves_every_class_unchanged(sing
     after = calibrated_outputs(single.model_dir, single.val, "single_label")  # the saved model
     assert (after.argmax(1) == single.before.argmax(1)).all() and len(after) == 400
     gold = single.val.labels
-    assert evaluation.calibration("single_label", gold, after)["ece"] == pytest.approx(
+    assert scores.calibration("single_label", gold, after)["ece"] == pytest.approx(
         record["val_ece_after"], abs=1e-4)
-    assert evaluation.calibration("single_label", gold, single.before)["ece"] == pytest.approx(
+    assert scores.calibration("single_label", gold, single.before)["ece"] == pytest.approx(
         record["val_ece_before"], abs=1e-4)
     np.testing.assert_allclose(temperature.uncalibrated("single_label", after, record),
                                single.before, atol=1e-4)
@@ -231,7 +233,7 @@ def test_the_predictor_pipeline_and_served_model_give_evaluates_scores(single, t
     import mlflow
     from transformers import pipeline
 
-    from wellfed import tracking
+    from wellfed.track import tracking
 
     evaluated = calibrated_outputs(single.model_dir, single.val, "single_label")
     frame = pd.DataFrame({"sentence": single.rows})
@@ -290,8 +292,12 @@ def test_a_planted_over_confident_multi_label_model_is_calibrated_per_decision(
 @pytest.mark.parametrize("arch", ["gpt2", "llama", "roberta"])
 def test_the_temperature_folds_into_decoder_and_roberta_heads(arch):
     # GPT-2's and Llama's `score` has no bias; RoBERTa's logits come from classifier.out_proj.
-    from transformers import (AutoModelForSequenceClassification, GPT2Config, LlamaConfig,
-                              RobertaConfig)
+    from transformers import (
+        AutoModelForSequenceClassification,
+        GPT2Config,
+        LlamaConfig,
+        RobertaConfig,
+    )
 
     small = {"vocab_size": 120, "num_labels": 2, "pad_token_id": 0}
     config = {"gpt2": lambda: GPT2Config(n_embd=16, n_layer=1, n_head=2, **small),

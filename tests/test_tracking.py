@@ -1,7 +1,7 @@
 import mlflow
 import pytest
 
-from wellfed import tracking
+from wellfed.track import tracking
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +141,7 @@ def test_the_cuda_graph_steps_counts_are_metrics_only_when_graphs_ran():
 WRITER = """
 import sys, time
 from mlflow.entities import Metric
-from wellfed import tracking
+from wellfed.track import tracking
 uri, name, start = sys.argv[1], sys.argv[2], float(sys.argv[3])
 time.sleep(max(0.0, start - time.time()))  # every writer opens the fresh store at once
 run_id = tracking.start_run(uri, "sweep", name)

@@ -55,7 +55,7 @@ def mlflow_error(err: BaseException) -> str | None:
         file = os.path.basename(frame.f_code.co_filename)
         if module == "__main__":
             module, origin = os.path.splitext(file)[0], f"{file} line {line}"
-        call = f"{module.removeprefix('wellfed.')}.{frame.f_code.co_name}"
+        call = f"{module.rsplit('.', 1)[-1]}.{frame.f_code.co_name}"
     where = f" in {call} (called from {origin})" if origin else ""
     return f"MLflow failed{where}: {err}"
 

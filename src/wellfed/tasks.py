@@ -132,7 +132,7 @@ def outputs(task: str, logits: torch.Tensor) -> torch.Tensor:
 MODEL_INFO = "wellfed.json"
 """Beside config.json in an exported model: the task, the text column(s) the model reads, the
 multi-label threshold and max_length, so that whoever loads the folder predicts as evaluation did;
-and the calibration record (wellfed/temperature.py: the temperatures are in the weights)."""
+and the calibration record (wellfed/evaluate/temperature.py: the temperatures are in the weights)."""
 
 
 def write_model_info(model_dir: Path, info: dict) -> None:

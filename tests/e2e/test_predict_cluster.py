@@ -15,7 +15,7 @@ import pytest
 
 from tests.e2e.pipeline import env, make_project, run
 from tests.test_serving import TEXTS, save_model
-from wellfed.predict import predict_file
+from wellfed.use.predict import predict_file
 
 pytestmark = pytest.mark.e2e
 ROWS = 60  # 9 chunks of 7 rows (the last one short): both workers get some
@@ -45,7 +45,7 @@ def models(tiny_model_dir, tmp_path_factory):
 
 def predict_on(cluster, *args: str) -> subprocess.CompletedProcess:
     extra = {"RAY_ADDRESS": cluster.address, "RAY_AUTH_MODE": "disabled"}  # as test_cluster's
-    return subprocess.run([sys.executable, "-m", "wellfed.predict", *args], env={**env(), **extra},
+    return subprocess.run([sys.executable, "-m", "wellfed.use.predict", *args], env={**env(), **extra},
                           capture_output=True, text=True, timeout=600)
 
 

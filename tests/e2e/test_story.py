@@ -14,7 +14,7 @@ import subprocess
 import pytest
 
 from tests.e2e.pipeline import PROJECT, env, make_project, mlflow_runs, run
-from wellfed import registry
+from wellfed.track import registry
 
 pytestmark = pytest.mark.e2e
 

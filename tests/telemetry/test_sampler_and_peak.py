@@ -3,9 +3,9 @@ import time
 import pytest
 import torch
 
-from wellfed import tracking
 from wellfed.telemetry import gpu
 from wellfed.telemetry.peak import device_peak, table_peak
+from wellfed.track import tracking
 
 
 def test_peak_table_and_measurement(tmp_path, monkeypatch):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from wellfed import tracking
+from wellfed.track import tracking
 from wellfed.train.callback import MlflowCallback
 
 pytestmark = pytest.mark.e2e

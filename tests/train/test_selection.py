@@ -218,7 +218,7 @@ def test_improvement_is_strict_and_never_non_finite():
 def test_the_chosen_step_is_printed_and_logged_to_mlflow(job, tmp_path, capsys):
     import mlflow
 
-    from wellfed import tracking
+    from wellfed.track import tracking
     from wellfed.train.store import Entry
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

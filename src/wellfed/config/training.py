@@ -132,7 +132,7 @@ class TrainConfig:
     """Most (rows, width) shapes of the CUDA graph path, widths chosen from the train lengths to
     pad least: SST-2's train split computes 0.84 real tokens per token with 8, 0.92 with 16."""
     calibrate: Literal["auto", "temperature", "none"] = "auto"
-    """Post-hoc calibration of the scores (wellfed/temperature.py): after training, temperature
+    """Post-hoc calibration of the scores (wellfed/evaluate/temperature.py): after training, temperature
     scaling is fitted on the validation split (multi-label: per-label temperatures when they
     measure better) and folded into the exported model's head, so evaluate, predict, the served
     model and `pipeline()` all give calibrated scores; `wellfed.json` records it. temperature =

@@ -2,7 +2,7 @@
 
 Two models evaluated on splits with the same fingerprint scored the same rows against the same
 gold labels, so their test figures can be ranked (the registry's champion alias,
-wellfed.registry). Token ids are no use for this: another tokenizer gives the same rows other ids.
+wellfed.track.registry). Token ids are no use for this: another tokenizer gives the same rows other ids.
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ def stage_breakdown(clock: Phases, started: float, uri: str, run_id: str) -> str
 
     import mlflow
 
-    from wellfed import tracking
+    from wellfed.track import tracking
 
     tag = mlflow.MlflowClient(uri).get_run(run_id).data.tags.get(tracking.WORKER_TIME)
     record = json.loads(tag) if tag else {}

@@ -1,6 +1,6 @@
 """The driver-side Ray Train callback that puts every worker's reports into the MLflow run.
 
-Kept apart from `wellfed.tracking` so that the stages and the tests of the logging logic never
+Kept apart from `wellfed.track.tracking` so that the stages and the tests of the logging logic never
 import Ray unless they train.
 """
 
@@ -15,9 +15,13 @@ from pathlib import Path
 import ray.train
 from mlflow.entities import Metric
 
-from wellfed.tracking import (WORKERS, interval_metrics, send_metrics, set_tags,
-                              worker_time_tag)
-
+from wellfed.track.tracking import (
+    WORKERS,
+    interval_metrics,
+    send_metrics,
+    set_tags,
+    worker_time_tag,
+)
 
 QUICK_RETRIES = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}
 

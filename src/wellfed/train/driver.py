@@ -18,17 +18,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from wellfed import tasks, tracking
+from wellfed import tasks
 from wellfed.cli import StageError
 from wellfed.cluster import connect, local_token_auth
 from wellfed.config import DataConfig, ModelConfig, RayConfig, TrainConfig
 from wellfed.data.token_files import TokenFile
 from wellfed.telemetry.phases import Phases
+from wellfed.track import tracking
 from wellfed.train import failures, preemption, runs, selection
-from wellfed.train.runs import kept_while_running, latest_step, planned_steps
 from wellfed.train.mlflow_run import derived_tags, marked_failed, open_run
 from wellfed.train.placement import SHARED_GPUS, fit_placed, placed, queued
 from wellfed.train.preflight import check_request, check_resources, in_process, local_gpu
+from wellfed.train.runs import kept_while_running, latest_step, planned_steps
 from wellfed.train.state import Best
 from wellfed.train.store import Entry, Store
 
@@ -220,7 +221,6 @@ def fit_on_ray(job: TrainJob, run: runs.Run, store: Store, resume: Entry | None,
     import ray
 
     from wellfed.train.preflight import wants_gpu
-
     from wellfed.train.worker import WorkerConfig
 
     with clock("ray start"), preemption.daemons_apart():  # a signal to dvc's group spares them
@@ -294,7 +294,8 @@ def complete(trained: Trained, info: dict, run_id: str, uri: str, model: dict,
     """The stage's outputs are all written: the run is complete (a rerun starts fresh) and
     keeps only the exported checkpoint, without optimizer state, its weights linked to the
     MLflow model's files where they can be (train/store.py, `complete`); say what it left."""
-    from wellfed import disk, registry
+    from wellfed import disk
+    from wellfed.track import registry
 
     runs.mark_complete(info, run_id)
     exported = registry.local_files(uri, model.get("model_id"))

@@ -1,5 +1,5 @@
 """The export: the chosen checkpoint's model.pt -> data/model, a Hugging Face model directory
-(weights, tokenizer, label names), calibrated (wellfed/temperature.py), with the multi-label
+(weights, tokenizer, label names), calibrated (wellfed/evaluate/temperature.py), with the multi-label
 threshold and `wellfed.json` beside it; the profiler trace of the last checkpoint to MLflow."""
 
 from __future__ import annotations
@@ -7,10 +7,12 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from wellfed import tasks, temperature, tracking
+from wellfed import tasks
 from wellfed.data.token_files import TokenFile
+from wellfed.evaluate import temperature
 from wellfed.outputs import atomic_path
 from wellfed.telemetry.phases import Phases
+from wellfed.track import tracking
 from wellfed.train import checkpoint
 
 
@@ -56,10 +58,10 @@ def export(trained, tokens_dir: Path, meta: dict, train_cfg, model_dir: Path, ur
     fixed = train_cfg.threshold if train_cfg.threshold != "tune" else tasks.VAL_THRESHOLD
     validation = TokenFile(tokens_dir / "validation.arrow")
     if task == "multi_label" and train_cfg.threshold == "tune":
-        from wellfed import evaluation
+        from wellfed.evaluate import predictions
 
         with clock("threshold"):  # on the scores as trained: calibration then keeps its decisions
-            fixed, f1, half = evaluation.threshold_on(model_dir, validation, pad_id)
+            fixed, f1, half = predictions.threshold_on(model_dir, validation, pad_id)
         print(f"[wellfed] multi-label threshold {fixed:g}: validation macro-F1 {f1:.4f} "
               f"(at 0.5: {half:.4f})")
     with clock("calibration"):

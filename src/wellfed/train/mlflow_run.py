@@ -7,8 +7,8 @@ import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from wellfed import provenance, tracking
 from wellfed.config import RayConfig
+from wellfed.track import provenance, tracking
 from wellfed.train import runs
 
 if TYPE_CHECKING:

@@ -111,10 +111,15 @@ def fit_placed(job, run, store, resume, ray_cfg, tokens_dir, opened, uri: str, c
     from wellfed.cli import StageError
     from wellfed.cluster import connect
     from wellfed.train import preemption
-    from wellfed.train.runs import (kept_while_running, latest_step, planned_steps,
-                                    staged_tokens, training)
     from wellfed.train.mlflow_run import derived_tags, marked_failed
     from wellfed.train.preflight import wants_gpu
+    from wellfed.train.runs import (
+        kept_while_running,
+        latest_step,
+        planned_steps,
+        staged_tokens,
+        training,
+    )
 
     with clock("ray start"), preemption.daemons_apart():
         connect(ray_cfg)
@@ -150,7 +155,7 @@ def trial(job, store, launch, resume, keep, use_gpu, threads, uri, run_id, backl
 
     import torch
 
-    from wellfed import tracking
+    from wellfed.track import tracking
     from wellfed.train import local
     from wellfed.train.callback import MlflowCallback, retries_restored
     from wellfed.train.preemption import StopCheck

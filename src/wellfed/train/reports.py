@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from wellfed import tracking
 from wellfed.config import DataConfig, TrainConfig
 from wellfed.outputs import atomic_path, write_json
+from wellfed.track import tracking
 
 
 def summarize(history: list[dict], seconds: float, figures, best=None) -> dict:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from wellfed import registry, run_note, tracking, ui_links
+from wellfed.track import registry, run_note, tracking, ui_links
 
 
 def table_file(task: str) -> str:

@@ -5,7 +5,7 @@ The model directory's contract: `config.json` is the Hugging Face config, whose 
 says how logits become outputs; an optional `wellfed.json` beside it holds
 `{"task", "text_columns", "threshold", "max_length"}` (absent: single-label, one text column,
 0.5, 128) and a `calibration` record: a fitted temperature is already in the weights
-(wellfed/temperature.py), so nothing here applies it. Outputs, one row per input row, in input
+(wellfed/evaluate/temperature.py), so nothing here applies it. Outputs, one row per input row, in input
 order:
 
 | task         | head    | columns                                                         |
@@ -238,9 +238,11 @@ def requirements() -> list[str]:
 
 # The model's entry point, written into the model (MLflow's "models from code": nothing is
 # pickled, so the model does not depend on pickle-compatible class paths or versions).
+CARRIED = ("__init__.py", "use/__init__.py", "use/serving.py", "names.py", "device.py", "tasks.py")
+"""The files of wellfed a logged model carries (serving and what it imports), as in the package."""
 ENTRY_POINT = """import mlflow
 
-from wellfed.serving import classifier_model
+from wellfed.use.serving import classifier_model
 
 mlflow.models.set_model(classifier_model())
 """
@@ -276,11 +278,11 @@ def log_model(uri: str, run_id: str, model_dir: str | Path, registered_name: str
     signature = mlflow.models.infer_signature(example, predict(predictor, example))
     mlflow.set_tracking_uri(uri)
     with tempfile.TemporaryDirectory() as tmp:
-        # The model carries the code it runs (this module and the three it imports), so it loads
-        # and serves wherever its pip requirements are installed, wellfed or not.
+        # The model carries the code it runs (CARRIED), so it loads and serves wherever its pip
+        # requirements are installed, wellfed or not.
         package = Path(tmp, "wellfed")
-        package.mkdir()
-        for name in ("__init__.py", "serving.py", "names.py", "device.py", "tasks.py"):
+        (package / "use").mkdir(parents=True)
+        for name in CARRIED:
             shutil.copy(Path(wellfed.__file__).parent / name, package / name)
         entry = Path(tmp, "classifier.py")
         entry.write_text(ENTRY_POINT, encoding="utf-8")

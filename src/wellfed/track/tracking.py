@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from wellfed.provenance import scrub
+from wellfed.track.provenance import scrub
 
 try:
     import fcntl

@@ -1,13 +1,13 @@
 """Predictions on new, unlabelled files with an exported model directory.
 
-    python -m wellfed.predict MODEL_DIR INPUT OUTPUT [--text-column NAME ...] [--no-header]
+    wellfed-predict MODEL_DIR INPUT OUTPUT [--text-column NAME ...] [--no-header]
                                                      [--format F] [--quoting Q] [--workers N]
 
 INPUT is any file `prepare` reads (CSV, TSV, JSONL, Parquet; sniffed without an extension), with
 the same checks and one-line errors. The text column(s) default to the ones the model was
 trained on (its wellfed.json); a pair model takes two. OUTPUT (.parquet or .csv) holds one row
 per input row, in input order: `row` (the 0-based data row) and the model's outputs
-(wellfed.serving: label, score and prob_<key> per class; labels and prob_<key> for multi-label;
+(wellfed.use.serving: label, score and prob_<key> per class; labels and prob_<key> for multi-label;
 one column per target for regression). Rows go through the model in chunks of `chunk_rows`,
 each length-bucketed, and are written as they come: the output never holds more than one chunk
 in memory, and it appears whole or not at all. On the GPU when there is one.
@@ -38,10 +38,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from wellfed import serving
 from wellfed.cli import guarded
 from wellfed.data import sources
 from wellfed.outputs import atomic_path
+from wellfed.use import serving
 
 CHUNK_ROWS = 8192  # rows per model pass: bounds memory, keeps the length buckets full
 
@@ -211,7 +211,7 @@ def predict_file(model_dir: str | Path, input_path: str | Path, output_path: str
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m wellfed.predict", description=__doc__.split(
+    parser = argparse.ArgumentParser(prog="wellfed-predict", description=__doc__.split(
         "\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model_dir", help="an exported model directory (data/model)")
     parser.add_argument("input", help="an unlabelled CSV, TSV, JSONL or Parquet file")

@@ -11,9 +11,9 @@ a `dvc exp` name (the MLflow run tagged dvc.exp_name, else the experiment's data
 cache), a git revision, or a folder holding predictions.parquet; in a group also `sweep:<id>`,
 every finished MLflow run tagged wellfed.sweep=<id>.
 
-Two runs: the paired comparison (wellfed.significance), logged to B's MLflow run as vs/* metrics
+Two runs: the paired comparison (wellfed.compare.significance), logged to B's MLflow run as vs/* metrics
 and a compare/vs_<A>.json artifact when B is an MLflow run. Two groups: the two-way bootstrap over
-seeds and rows (wellfed.seed_significance), logged as a run of its own in the experiment of B's
+seeds and rows (wellfed.compare.seed_significance), logged as a run of its own in the experiment of B's
 first MLflow run, with vs_seeds/* metrics, the table as its description and the JSON as
 compare/groups.json: the result belongs to the two groups, not to one of B's runs (on each of
 them it would be one figure repeated N times, and a later comparison against another baseline
@@ -29,8 +29,10 @@ import os
 import sys
 from pathlib import Path
 
-from wellfed import cli, prediction_sources, privacy, seed_significance, significance, tracking
+from wellfed import cli, privacy
+from wellfed.compare import prediction_sources, seed_significance, significance
 from wellfed.names import key as safe_key
+from wellfed.track import tracking
 
 log = logging.getLogger("wellfed.compare")
 

@@ -11,7 +11,7 @@ row by row, which predictions flipped from right to wrong and back. From the pai
   percentiles of the differences.
 
 A run's predictions are its evaluate stage's `predictions.parquet` with `report.json` beside it
-(task, split, label list), found by wellfed.prediction_sources. Single-label only for now.
+(task, split, label list), found by wellfed.compare.prediction_sources. Single-label only for now.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from wellfed.prediction_sources import Scored
+from wellfed.compare.prediction_sources import Scored
 
 RESAMPLES = 2000  # percentile-interval ends move by ~0.1 pt between seeds at 1,000 rows
 SEED = 0

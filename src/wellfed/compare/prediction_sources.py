@@ -22,14 +22,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from wellfed.sweeps import SWEEP_TAG
+from wellfed.track.sweeps import SWEEP_TAG
 
 RUN_ID = re.compile(r"[0-9a-f]{32}")  # MLflow's run ids: uuid4 hex
 MODEL_URI = re.compile(r"models:/([^/@]+)(?:@([\w-]+)|/(\d+))")
 SWEEP = "sweep:"
 """A group spec's prefix: `sweep:<id>` names every run of that sweep."""
 
-log = logging.getLogger("wellfed.prediction_sources")
+log = logging.getLogger("wellfed.compare.prediction_sources")
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,8 @@ def share(value) -> str:
 
 def headline(run, task: str, evaluation: dict | None) -> str:
     """The first line: the test figures (the ranked one in bold), else the last validation."""
-    from wellfed import registry, tasks
+    from wellfed import tasks
+    from wellfed.track import registry
 
     if evaluation:
         ranked = registry.headline(task)
@@ -57,8 +58,8 @@ def compose(run, task: str, labels: list[str], *, model: dict | None = None,
             evaluation: dict | None = None, verdict=None) -> str:
     """The note's markdown. `run`: the MLflow Run; `model`: the train stage's record of the
     logged and registered model (registered_model, model_version); `evaluation`: {split, rows,
-    figures: {eval/...: value}}; `verdict`: wellfed.registry.Verdict."""
-    from wellfed import ui_links
+    figures: {eval/...: value}}; `verdict`: wellfed.track.registry.Verdict."""
+    from wellfed.track import ui_links
 
     m, p, t = run.data.metrics, run.data.params, run.data.tags
     kind = "targets" if task == "regression" else "classes"

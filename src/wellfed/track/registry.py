@@ -17,7 +17,6 @@ import math
 from dataclasses import dataclass
 
 
-
 def headline(task: str) -> str:
     """The figure versions are ranked by: the task's headline (wellfed.tasks.HEADLINE) on the
     evaluated split, eval/macro_f1 or eval/pearson; higher is better for each."""
@@ -71,7 +70,7 @@ def register(uri: str, run_id: str, model_dir, name: str) -> dict:
     """Log `model_dir` as the run's model, register it as the next version of `name` and link
     the two; return the record evaluate ranks it by (data/train/run.json): model_id,
     registered_model, model_version."""
-    from wellfed import serving
+    from wellfed.use import serving
 
     info, version = serving.log_model(uri, run_id, model_dir, name)
     link(uri, info.model_id, version.name, version.version)

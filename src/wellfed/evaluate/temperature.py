@@ -118,7 +118,7 @@ def fit(task: str, logits: np.ndarray, gold: np.ndarray, threshold: float = 0.5)
     """Temperatures for a single- or multi-label model's validation `logits` and `gold` labels
     (class ids, or 0/1 rows); `threshold`: the multi-label decision threshold on the
     uncalibrated scores."""
-    from wellfed.evaluation import calibration  # its ECE: the figure evaluate reports
+    from wellfed.evaluate.scores import calibration  # its ECE: the figure evaluate reports
 
     def ece(temperatures) -> float:
         return calibration(task, gold, probabilities(task, logits, temperatures))["ece"]
@@ -229,7 +229,7 @@ def calibrate_model(model_dir: Path, data, pad_id: int, task: str, mode: str,
                           "calibration: off (train.calibrate: none)", threshold)
     from transformers import AutoModelForSequenceClassification
 
-    from wellfed.evaluation import predict
+    from wellfed.evaluate.predictions import predict
 
     model_dir = Path(model_dir)
     device = torch.device("cuda" if dev.cuda_available() else "cpu")

@@ -5,7 +5,7 @@ parent of the others)."""
 
 from __future__ import annotations
 
-from wellfed import tracking
+from wellfed.track import tracking
 
 SWEEP_TAG = "wellfed.sweep"
 """The MLflow tag a sweep's trials carry, its value the sweep's id."""

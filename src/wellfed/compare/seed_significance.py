@@ -2,7 +2,7 @@
 that scored the same rows: B's mean minus A's mean, with an interval for both kinds of luck.
 
 A fine-tuned model's test figure moves with the seed (initialisation, data order, dropout) and
-with which rows ended up in the test split. The paired test of two runs (wellfed.significance)
+with which rows ended up in the test split. The paired test of two runs (wellfed.compare.significance)
 sees only the rows. Here every run scored every row, a crossed design (seeds x rows), and the 95%
 interval of mean(B) - mean(A), for accuracy and macro-F1, comes from a two-way bootstrap:
 
@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from wellfed.prediction_sources import Scored
-from wellfed.significance import CELLS, RESAMPLES, SEED, align, macro_f1, points
+from wellfed.compare.prediction_sources import Scored
+from wellfed.compare.significance import CELLS, RESAMPLES, SEED, align, macro_f1, points
 
 METRICS = ("accuracy", "macro_f1")
 SOURCES = ("both", "rows", "seeds")

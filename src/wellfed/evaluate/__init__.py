@@ -1,0 +1,1 @@
+"""The evaluate phase: predictions, scores, plots and temperature scaling."""
