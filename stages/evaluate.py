@@ -14,73 +14,58 @@ from wellfed import device as dev
 from wellfed.cli import stage
 from wellfed.config import load_params
 from wellfed.data.token_files import TokenFile
-from wellfed.evaluate import plots, predictions, scores, temperature
+from wellfed.evaluate import files, predictions, scores, temperature
 from wellfed.outputs import atomic_path, write_json
 from wellfed.track import eval_tracking, tracking
 from wellfed.use import serving
 
 
 @stage
-def main(tokens_dir, model_dir, run_json, eval_dir):
-    tokens, out = Path(tokens_dir), Path(eval_dir)
+def main(tokens_dir, model_dir, run_json, eval_dir, *, budget):
+    clock, tokens, out = budget.clock, Path(tokens_dir), Path(eval_dir)
+    with clock("params"):
+        (mlflow_cfg,) = load_params("params.yaml", "mlflow")
     meta = json.loads((tokens / "meta.json").read_text())
     split = "test" if (tokens / "test.arrow").is_file() else "validation"
     data = TokenFile(tokens / f"{split}.arrow")
     device = torch.device("cuda" if dev.cuda_available() else "cpu")
     precision = dev.choose_precision("auto", device)
     hf_logging.disable_progress_bar()  # a local directory: no download to show, only noise
-    model = AutoModelForSequenceClassification.from_pretrained(model_dir)
+    with clock("model load"):
+        model = AutoModelForSequenceClassification.from_pretrained(model_dir)
     names, spec = meta["labels"], serving.read_spec(model_dir)
     task, threshold = spec.task, spec.threshold
-    outputs = predictions.predict(model, data, meta["pad_id"], device, precision, task=task)
-    metrics = {"split": split, "task": task,
-               **scores.score_task(task, data.labels, outputs, names, threshold),
-               **scores.calibration(task, data.labels, outputs)}  # {} for regression
-    record = temperature.read(model_dir)  # folded into the weights: `outputs` are calibrated
-    if record.get("method") == "temperature":
-        metrics["ece_uncalibrated"] = scores.calibration(
-            task, data.labels, temperature.uncalibrated(task, outputs, record))["ece"]
-    frame = predictions.predictions_frame(data, outputs, names, task, threshold)
-    with atomic_path(out / "predictions.parquet") as tmp:
-        frame.to_parquet(tmp, index=False)
-    pairs = scores.confusion_pairs(frame, task, names)
-    with atomic_path(out / "confusion.csv") as tmp:
-        pairs.to_csv(tmp, index=False)
-    with atomic_path(out / "confusion.png") as tmp:
-        if task == "regression":
-            plots.plot_scatter(data.labels, outputs, names, tmp)
-        else:
-            shown = names + ["(none)"] if task == "multi_label" else names
-            matrix = scores.confusion(pairs, shown)
-            metrics["confusion_matrix"] = matrix.tolist()
-            plots.plot_confusion(matrix, shown, tmp)
-    with atomic_path(out / "reliability.png") as tmp:  # can the scores be read as probabilities?
-        if "calibration" in metrics:
-            plots.plot_reliability(metrics["calibration"], metrics["ece"], tmp)
-        else:
-            plots.plot_residuals(data.labels, outputs, names, tmp)
+    with clock("predict"):
+        outputs = predictions.predict(model, data, meta["pad_id"], device, precision, task=task)
+    with clock("scores"):
+        metrics = {"split": split, "task": task,
+                   **scores.score_task(task, data.labels, outputs, names, threshold),
+                   **scores.calibration(task, data.labels, outputs)}  # {} for regression
+        record = temperature.read(model_dir)  # folded into the weights: `outputs` are calibrated
+        if record.get("method") == "temperature":
+            metrics["ece_uncalibrated"] = scores.calibration(
+                task, data.labels, temperature.uncalibrated(task, outputs, record))["ece"]
+    with clock("predictions + plots"):
+        metrics.update(files.write(out, data, outputs, names, task, threshold, metrics))
     write_json(out / "report.json", metrics)  # per-class scores, confusion matrix: the detail
     run = json.loads(Path(run_json).read_text())
     figures = {f"eval/{k}": metrics[k] for k in scores.HEADLINE[task]}
     write_json(out / "metrics.json", figures)  # the DVC metrics: MLflow's names and values
-    if "ece_uncalibrated" in metrics:  # the exported head is calibrated (train.calibrate)
-        tracking.set_tags(run["tracking_uri"], run["mlflow_run_id"], {
-            "calibration.eval_ece": f"{metrics['ece_uncalibrated']:.4f} -> {metrics['ece']:.4f}"})
-    tracking.log_artifacts(run["tracking_uri"], run["mlflow_run_id"], out, "eval")
-    (mlflow_cfg,) = load_params("params.yaml", "mlflow")
-    verdict, page = eval_tracking.record(
-        run, metrics, figures, task, names, split,
-        eval_tracking.split_fingerprint(meta, tokens, split), mlflow_cfg.champion_alias)
-    words = {"macro_f1": "macro F1", "micro_f1": "micro F1", "ece": "ECE"}
-    shown = ", ".join(f"{words.get(k, k.replace('_', ' '))} {metrics[k]:.4f}"
-                      for k in scores.HEADLINE[task])
-    at = f" at threshold {threshold:g}" if task == "multi_label" else ""
-    before = (f" (ECE {metrics['ece_uncalibrated']:.4f} before calibration)"
-              if "ece_uncalibrated" in metrics else "")
-    print(f"[wellfed] evaluate on {split} ({metrics['rows']} rows): {shown}{at}{before}")
+    with clock("mlflow logging + champion"):
+        if "ece_uncalibrated" in metrics:  # the exported head is calibrated (train.calibrate)
+            tracking.set_tags(run["tracking_uri"], run["mlflow_run_id"], {"calibration.eval_ece":
+                              f"{metrics['ece_uncalibrated']:.4f} -> {metrics['ece']:.4f}"})
+        tracking.log_artifacts(run["tracking_uri"], run["mlflow_run_id"], out, "eval")
+        verdict, page = eval_tracking.record(
+            run, metrics, figures, task, names, split,
+            eval_tracking.split_fingerprint(meta, tokens, split), mlflow_cfg.champion_alias)
+    print(f"[wellfed] {scores.headline_line(metrics, task, split, threshold)}")
     if verdict is not None:
         print(f"[wellfed] {verdict.line()}")
     print(f"[wellfed] MLflow run: {page}")
+    with clock("mlflow logging + champion"):  # the pipeline's seconds, this stage's so far
+        if (line := eval_tracking.pipeline_time(run, budget)) is not None:
+            budget.after.append(line)
 
 
 if __name__ == "__main__":

@@ -21,8 +21,9 @@ log = logging.getLogger("wellfed.prepare")
 
 
 @stage
-def main(raw_dir, prepared_dir, report_json):
-    (cfg,) = load_params("params.yaml", "prepare")
+def main(raw_dir, prepared_dir, report_json, *, budget):
+    with budget.clock("params"):
+        (cfg,) = load_params("params.yaml", "prepare")
     raw = {}
     for split in ("train", "validation", "test"):
         name = getattr(cfg, split)
@@ -38,7 +39,8 @@ def main(raw_dir, prepared_dir, report_json):
                                             cfg.label_column, header=cfg.header,
                                             quoting=cfg.quoting), str(path))
     # The first pass keeps the cleaned rows in the temp folder (about the raw data's size).
-    with tempfile.TemporaryDirectory(prefix="wellfed-prepare-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="wellfed-prepare-") as scratch, \
+            budget.clock("read + clean + write"):
         splits, names, report = prepare.prepare_blocks(raw, cfg, Path(scratch))
         with atomic_path(prepared_dir, is_dir=True) as tmp:
             for split, frames in splits.items():

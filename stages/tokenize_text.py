@@ -18,20 +18,23 @@ from wellfed.outputs import atomic_path, write_json
 
 
 @stage
-def main(prepared_dir, tokens_dir, stats_json):
+def main(prepared_dir, tokens_dir, stats_json, *, budget):
     # This stage forks nothing, so the Rust tokenizer may use every core (Makefile and cli turn
     # it off for the stages that fork): SST-2 train encoded at 52-57k rows/s vs 31-35k on 2 cores.
     os.environ["TOKENIZERS_PARALLELISM"] = "true"
-    tok_cfg, model_cfg = load_params("params.yaml", "tokenize", "model")
+    clock = budget.clock
+    with clock("params"):
+        tok_cfg, model_cfg = load_params("params.yaml", "tokenize", "model")
     prepared = Path(prepared_dir)
     label_info = json.loads((prepared / "labels.json").read_text())
-    source = resolve_source(model_cfg.name)
-    tokenizer = load_tokenizer(source, model_cfg.trust_remote_code)
+    with clock("tokenizer load"):
+        source = resolve_source(model_cfg.name)
+        tokenizer = load_tokenizer(source, model_cfg.trust_remote_code)
     # A pair for a model with token types (BERT-style): keep where the second segment starts.
     segments = (len(label_info.get("text_columns", [])) == 2
                 and "token_type_ids" in tokenizer.model_input_names)
     stats, splits = {}, {}
-    with atomic_path(tokens_dir, is_dir=True) as tmp:
+    with atomic_path(tokens_dir, is_dir=True) as tmp, clock("tokenize + write"):
         for split_file in sorted(prepared.glob("*.parquet")):
             split = split_file.stem
             # Which rows, texts and labels: evaluate ranks models on one split by it.

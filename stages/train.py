@@ -4,33 +4,31 @@ one MLflow run: fit -> export -> reports -> register -> complete.
 usage: python stages/train.py TOKENS_DIR MODEL_DIR TRAIN_DIR CHECKPOINT_DIR
 """
 
+import json
+import sys
 import time
+from pathlib import Path
 
-STARTED = time.time()  # before the imports below: they are part of the stage's fixed cost
-
-import json  # noqa: E402
-import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-from wellfed.cli import one_line, stage  # noqa: E402
-from wellfed.config import SECTIONS, flatten, load_params  # noqa: E402
-from wellfed.outputs import write_json  # noqa: E402
-from wellfed.telemetry.phases import Phases, stage_breakdown  # noqa: E402
-from wellfed.track import provenance, registry, run_note, sweeps, tracking, ui_links  # noqa: E402
-from wellfed.train import driver, export, preemption, reports  # noqa: E402
-from wellfed.train.mlflow_run import marked_failed  # noqa: E402
+from wellfed.cli import one_line, stage
+from wellfed.config import SECTIONS, flatten, load_params
+from wellfed.outputs import write_json
+from wellfed.telemetry.phases import split_train
+from wellfed.track import provenance, registry, run_note, sweeps, tracking, ui_links
+from wellfed.train import driver, export, preemption, reports
+from wellfed.train.mlflow_run import marked_failed
 
 
-@stage
-def main(tokens_dir, model_dir, train_dir, checkpoint_dir):
-    model_cfg, train_cfg, data_cfg, ray_cfg, mlflow_cfg = load_params(
-        "params.yaml", "model", "train", "data", "ray", "mlflow")
-    # MLflow records the whole loaded config, defaults included, not just what the file spells out.
-    params = flatten(dict(zip(SECTIONS, load_params("params.yaml", *SECTIONS))))
+@stage(work="steps")
+def main(tokens_dir, model_dir, train_dir, checkpoint_dir, *, budget):
+    clock, started = budget.clock, time.time()
+    with clock("params"):
+        model_cfg, train_cfg, data_cfg, ray_cfg, mlflow_cfg = load_params(
+            "params.yaml", "model", "train", "data", "ray", "mlflow")
+        # MLflow records the whole loaded config, defaults included, not only what the file says.
+        params = flatten(dict(zip(SECTIONS, load_params("params.yaml", *SECTIONS))))
     tokens, out, model_dir = Path(tokens_dir), Path(train_dir), Path(model_dir)
     meta = json.loads((tokens / "meta.json").read_text())
     uri = tracking.tracking_uri(mlflow_cfg.tracking_uri, Path.cwd())
-    started, clock = time.time(), Phases({"imports + params": time.time() - STARTED})
     try:
         trained, run_id, info = driver.fit(
             tokens_dir=tokens, model_source=meta["model_source"], labels=meta["labels"],
@@ -71,10 +69,13 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir):
                                       "ray_run": info["name"], **model})
         driver.complete(trained, info, run_id, uri, model, model_dir)
     try:  # a diagnostic: it must not fail a stage whose outputs are all written
-        print(f"[wellfed] train stage {stage_breakdown(clock, STARTED, uri, run_id)}")
+        clock.seconds = split_train(clock.seconds, reports.worker_seconds(uri, run_id, started))
+        total = time.time() - budget.started_at
+        tracking.log_metrics(uri, run_id, {"time/stage_s": total, "time/fixed_s": total
+                                           - clock.seconds.get("steps", 0.0)})
     except Exception as err:
-        print(f"[wellfed] WARNING: no time breakdown ({type(err).__name__}: {one_line(err)})",
-              file=sys.stderr)
+        print(f"[wellfed] WARNING: no time budget from the loop ({type(err).__name__}: "
+              f"{one_line(err)})", file=sys.stderr)
     shown = ", ".join(f"{k} {v:.4g}" if abs(v) < 1000 else f"{k} {v:.0f}"
                       for k, v in metrics.items())
     print(f"[wellfed] train done: {shown} (MLflow run {run_id})")

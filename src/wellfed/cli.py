@@ -13,6 +13,7 @@ import os
 import sys
 import tempfile
 import traceback
+from pathlib import Path
 
 from wellfed import privacy
 from wellfed.outputs import WriteFault
@@ -119,19 +120,48 @@ def console() -> None:
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
 
 
-def stage(main):
-    """Wrap a stage's main(*argv): usage check, logging, every failure as one line."""
+def stage(main=None, *, work: str | None = None):
+    """Wrap a stage's main(*argv): usage check, logging, every failure as one line, and the
+    stage's time budget from process start (telemetry/budget.py): `--time PATH` after the
+    paths writes it as JSON once the stage has succeeded, and one line of its biggest parts
+    ends the stage. A main with a keyword-only `budget` gets it, to time its own parts;
+    `work` names the part that is the stage's work (the rest is fixed cost)."""
+    if main is None:
+        return functools.partial(stage, work=work)
 
     @functools.wraps(main)
     def run() -> None:
-        args = sys.argv[1:]
+        from wellfed.telemetry.budget import Budget, line, write
+
+        args, time_path = time_option(sys.argv[1:])
+        script = os.path.splitext(os.path.basename(sys.argv[0]))[0]
+        budget = Budget.begin(Path(time_path).stem if time_path else script, work,
+                              Path(time_path) if time_path else None)
         expected = main.__code__.co_argcount
         if len(args) != expected:
             names = " ".join(main.__code__.co_varnames[:expected])
-            sys.exit(f"usage: {os.path.basename(sys.argv[0])} {names}")
-        guarded(lambda: main(*args))
+            sys.exit(f"usage: {os.path.basename(sys.argv[0])} {names} [--time TIME_JSON]")
+        wants = "budget" in main.__code__.co_varnames[expected:expected
+                                                         + main.__code__.co_kwonlyargcount]
+        guarded(lambda: main(*args, **({"budget": budget} if wants else {})))
+        record = budget.record()
+        if time_path:
+            guarded(lambda: write(Path(time_path), record))
+        print(f"[wellfed] {line(record)}", flush=True)
+        for text in budget.after:
+            print(f"[wellfed] {text}", flush=True)
 
     return run
+
+
+def time_option(args: list[str]) -> tuple[list[str], str | None]:
+    """argv without `--time PATH` (anywhere), and PATH (None when absent)."""
+    if "--time" not in args:
+        return args, None
+    at = args.index("--time")
+    if at + 1 >= len(args):
+        sys.exit("usage: --time needs a path, e.g. --time data/reports/time/train.json")
+    return args[:at] + args[at + 2:], args[at + 1]
 
 
 def guarded(call, name: str | None = None) -> None:

@@ -57,11 +57,43 @@ def project(tmp_path_factory, tiny_model_dir):
 def test_repro_console_has_wellfed_lines_and_no_ray_or_mlflow_internals(project):
     _, console = project
     for line in ("[wellfed] in process: 1 worker on ", "[wellfed] step 13/13",
-                 "[wellfed] train done:",
-                 "[wellfed] train stage ", "fixed cost (all but steps)",
-                 "[wellfed] evaluate on test (50 rows)"):
+                 "[wellfed] train done:", "fixed cost (all but steps)",
+                 "[wellfed] evaluate on test (50 rows)", "[wellfed] pipeline "):
         assert line in console, line
     assert noise(console) == [], console
+
+
+def test_every_stage_says_where_its_seconds_went_and_the_run_holds_the_pipelines(project):
+    """Each stage ends with a line of its time budget and writes it (data/reports/time/), from
+    process start; the last stage adds up its pipeline run, and the MLflow run holds that."""
+    dest, console = project
+    for stage in ("prepare", "tokenize", "train", "evaluate"):
+        assert re.search(rf"^\[wellfed\] {stage} [\d.]+ s: .+", console, re.M), stage
+        record = json.loads((dest / "data/reports/time" / f"{stage}.json").read_text())
+        parts = record["parts_s"]
+        assert record["stage"] == stage and record["dvc"]["pid"] > 1
+        assert list(parts)[0] == "start + imports" and 0 < parts["start + imports"]
+        assert sum(parts.values()) <= record["total_s"] + 0.05
+        assert sum(parts.values()) + record["other_s"] >= record["total_s"] - 0.05
+    train = json.loads((dest / "data/reports/time/train.json").read_text())
+    assert {"params", "mlflow run start", "steps", "validation", "checkpoints", "export",
+            "mlflow model + registry"} <= set(train["parts_s"]), train["parts_s"]
+    assert train["fixed_s"] == pytest.approx(train["total_s"] - train["parts_s"]["steps"],
+                                             abs=0.01)
+    line = re.search(r"^\[wellfed\] pipeline ([\d.]+) s since dvc started: (.*); fixed cost",
+                     console, re.M)
+    assert line and {p.split()[0] for p in line.group(2).split(", ")} == {
+        "prepare", "tokenize", "train", "evaluate", "dvc"}, console
+    client, runs = mlflow_runs(dest)
+    first, last = runs[0].data.metrics, runs[-1].data.metrics
+    assert first["time/pipeline_s"] == pytest.approx(float(line.group(1)), abs=0.05)
+    assert {"time/prepare_s", "time/tokenize_s", "time/train_s", "time/evaluate_s",
+            "time/dvc_s", "time/pipeline_fixed_s"} <= set(first)
+    # An experiment reruns train and evaluate only: its pipeline is theirs and dvc's.
+    assert "time/prepare_s" not in last and "time/train_s" in last
+    pipeline = json.loads(Path(client.download_artifacts(runs[-1].info.run_id,
+                                                         "time/pipeline.json")).read_text())
+    assert [s["stage"] for s in pipeline["stages"]] == ["train", "evaluate"]
 
 
 def test_exp_show_has_the_headline_columns_and_few_metrics(project):

@@ -40,6 +40,29 @@ def committed(store: Store, launch: str, tmp_path: Path, *steps: int, rank: int 
     return paths
 
 
+def test_a_checkpoint_written_in_the_stores_scratch_is_renamed_not_copied(tmp_path):
+    store = Store(str(tmp_path / "ckpt"), "wf-run")
+    launch = store.open_launch("in_process")
+    with store.scratch(launch) as scratch:
+        assert scratch.parent == Path(store.dir, launch)  # on the store's own filesystem
+        fake_checkpoint(scratch, 8)
+        (scratch / checkpoint.PROFILE).mkdir()
+        (scratch / checkpoint.PROFILE / "top_operators.txt").write_text("table")
+        inode = (scratch / checkpoint.MODEL).stat().st_ino
+        path = store.commit(scratch, launch, 8, 0)
+        assert not scratch.exists()
+    assert (Path(path) / checkpoint.MODEL).stat().st_ino == inode  # the same file: no copy
+    manifest = json.loads(Path(path, checkpoint.MANIFEST).read_text())
+    assert sorted(manifest["files"]) == [checkpoint.MODEL, checkpoint.OPTIM,
+                                         f"{checkpoint.PROFILE}/top_operators.txt",
+                                         checkpoint.STATE]
+    store.register(path)
+    assert store.problem(store.latest()) is None
+    with store.scratch(launch) as scratch:  # a write that failed: its folder goes
+        fake_checkpoint(scratch, 9)
+    assert sorted(os.listdir(f"{store.dir}/{launch}")) == ["checkpoint_000008", "launch.json"]
+
+
 def test_a_checkpoint_is_renamed_into_place_with_its_manifest(tmp_path):
     store = Store(str(tmp_path / "ckpt"), "wf-run")
     launch = store.open_launch("in_process")

@@ -77,7 +77,9 @@ def test_train_runs_in_process_learns_and_checkpoints(job, tmp_path):
     assert all(later["steps"] > earlier["steps"] for earlier, later in zip(timings, timings[1:]))
     final = sink.checkpoints[48]
     for name in (checkpoint.MODEL, checkpoint.OPTIM, checkpoint.STATE):
-        assert (final / name).exists(), name
+        assert (sink.checkpoints[40] / name).exists(), name
+    # The last step's checkpoint trains no further step: no optimizer state (2x the weights).
+    assert (final / checkpoint.MODEL).exists() and not (final / checkpoint.OPTIM).exists()
     for step in (24, 48):  # the weights once: model.pt, no Hugging Face copy beside it
         assert not (sink.checkpoints[step] / checkpoint.HF_MODEL).exists()
     assert checkpoint.read_state(final).step == 48
@@ -94,6 +96,16 @@ def test_a_resumed_run_goes_on_with_the_next_step(job, tmp_path):
     state = train(job, CPU, second, resume=first.checkpoints[20])
     assert steps_of(second.reports) == list(range(21, 49))
     assert [h["step"] for h in state.history] == list(range(1, 49))  # each step once
+
+
+def test_a_resume_from_the_final_checkpoint_trains_nothing_and_keeps_its_state(job, tmp_path):
+    first = Collect(tmp_path / "a")
+    (tmp_path / "a").mkdir()
+    done = train(job, CPU, first)
+    again = Collect(tmp_path / "b")
+    (tmp_path / "b").mkdir()
+    state = train(job, CPU, again, resume=first.checkpoints[48])
+    assert again.reports == [] and state.step == 48 and state.history == done.history
 
 
 def test_a_profile_window_writes_a_trace_into_the_final_checkpoint(job, tmp_path):

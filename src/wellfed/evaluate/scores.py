@@ -152,3 +152,15 @@ def calibration(task: str, gold: np.ndarray, probs: np.ndarray, bins: int = ECE_
         "edges": edges.tolist(), "count": count.tolist(),
         "accuracy": [float(a) if s else None for a, s in zip(accuracy, seen)],
         "mean_confidence": [float(c) if s else None for c, s in zip(mean_conf, seen)]}}
+
+
+def headline_line(metrics: dict, task: str, split: str, threshold: float) -> str:
+    """'evaluate on test (300 rows): accuracy 0.9467, macro F1 0.9468, ECE 0.0126 (ECE 0.0168
+    before calibration)'."""
+    words = {"macro_f1": "macro F1", "micro_f1": "micro F1", "ece": "ECE"}
+    shown = ", ".join(f"{words.get(k, k.replace('_', ' '))} {metrics[k]:.4f}"
+                      for k in HEADLINE[task])
+    at = f" at threshold {threshold:g}" if task == "multi_label" else ""
+    before = (f" (ECE {metrics['ece_uncalibrated']:.4f} before calibration)"
+              if "ece_uncalibrated" in metrics else "")
+    return f"evaluate on {split} ({metrics['rows']} rows): {shown}{at}{before}"

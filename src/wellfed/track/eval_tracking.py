@@ -77,3 +77,26 @@ def record(run: dict, report: dict, figures: dict[str, float], task: str, labels
                                "table": table_file(task)})
     experiment = mlflow.MlflowClient(uri).get_run(run_id).info.experiment_id
     return verdict, ui_links.run(uri, experiment, run_id)
+
+
+def pipeline_time(run: dict, budget) -> str | None:
+    """The pipeline run's seconds into the MLflow run: every stage that this stage's dvc
+    process ran (their budgets beside this one's, telemetry/budget.py) as `time/pipeline.json`
+    with `time/pipeline_s`, `time/pipeline_fixed_s`, `time/dvc_s` and `time/<stage>_s`; returns
+    the console line, or None outside dvc or without a budget file to find the others by."""
+    import json
+
+    from wellfed.telemetry import budget as budgets
+
+    if budget.path is None:
+        return None
+    summary = budgets.pipeline(budget.path.parent, budget.record())
+    if summary is None:
+        return None
+    uri, run_id = run["tracking_uri"], run["mlflow_run_id"]
+    tracking.log_metrics(uri, run_id, {
+        "time/pipeline_s": summary["total_s"], "time/pipeline_fixed_s": summary["fixed_s"],
+        "time/dvc_s": summary["dvc_s"],
+        **{f"time/{stage}_s": secs for stage, secs in summary["stages_s"].items()}})
+    tracking.log_text(uri, run_id, json.dumps(summary, indent=1), "time/pipeline.json")
+    return budgets.pipeline_line(summary)

@@ -1,7 +1,9 @@
-"""The driver-side Ray Train callback that puts every worker's reports into the MLflow run.
+"""The driver side of every worker's reports: `MlflowCallback` puts them into the MLflow run,
+`StoreCallback` registers and prunes the checkpoints they carry.
 
-Kept apart from `wellfed.track.tracking` so that the stages and the tests of the logging logic never
-import Ray unless they train.
+Both are plain classes with Ray Train's `after_report(run_context, metrics, checkpoint)`: the
+in-process engine calls them directly, and on Ray Train `train/ray_callback.py` hands them to
+the controller. Nothing here imports Ray (~1 s to import here, and absent on a box without it).
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ import os
 import time
 from pathlib import Path
 
-import ray.train
 from mlflow.entities import Metric
 
 from wellfed.track.tracking import (
@@ -65,8 +66,9 @@ VAL_SHOWN = (("val/accuracy", "acc"), ("val/macro_f1", "macro-F1"), ("val/pearso
 """The validation figure the progress line shows: the first of these the task has."""
 
 
-class MlflowCallback(ray.train.UserCallback):
-    """Runs in the Ray Train controller: logs every report into the one MLflow run.
+class MlflowCallback:
+    """Logs every report into the one MLflow run (in this process, or in the Ray Train
+    controller).
 
     Ray can re-deliver a report around a worker restart; steps at or below the last logged step
     are skipped, so the run's history never repeats or goes back.
@@ -185,9 +187,8 @@ class MlflowCallback(ray.train.UserCallback):
               flush=True)
 
 
-
-class StoreCallback(ray.train.UserCallback):
-    """Runs in the Ray Train controller, after the MlflowCallback: each checkpoint the store
+class StoreCallback:
+    """In the Ray Train controller, after the MlflowCallback: each checkpoint the store
     wrote and Ray registered is marked registered in the store (its steps are in MLflow now),
     then the run's checkpoints are pruned to train.keep_checkpoints (train/store.py). Ray
     itself keeps every one it registered (no `num_to_keep`): the store decides."""

@@ -2,7 +2,8 @@
 
     model.pt          the model's state dict (unwrapped from DDP; LoRA adapters unmerged, so a
                       resume goes on training them): the weights, stored once
-    optim.pt          optimizer, LR scheduler and GradScaler state
+    optim.pt          optimizer, LR scheduler and GradScaler state; not in a run's final
+                      checkpoint (the last step, or early stopping), which never trains on
     train_state.json  step, epoch and sampler position, the per-step history so far and the
                       best validation so far (train/selection.py)
     profile/          the final checkpoint only, when train.profile_steps is set: the trace
@@ -44,10 +45,13 @@ def unwrap(model):
 
 
 def save(directory: Path, s, state: TrainState, final: bool, profile_dir: Path | None) -> None:
-    """Write the checkpoint of Setup `s` (its model, optimizer, scheduler, scaler) and `state`."""
+    """Write the checkpoint of Setup `s` (its model, optimizer, scheduler, scaler) and `state`;
+    a `final` one without the optimizer's state (2x the weights with Adam), which nothing
+    would read: a resume from it trains no further step, and a completed run drops it."""
     torch.save(unwrap(s.model).state_dict(), directory / MODEL)
-    torch.save({"optimizer": s.optimizer.state_dict(), "scheduler": s.scheduler.state_dict(),
-                "scaler": s.scaler.state_dict()}, directory / OPTIM)
+    if not final:
+        torch.save({"optimizer": s.optimizer.state_dict(), "scheduler": s.scheduler.state_dict(),
+                    "scaler": s.scaler.state_dict()}, directory / OPTIM)
     (directory / STATE).write_text(json.dumps(state.to_json()))
     if final and profile_dir and any(profile_dir.iterdir()):
         shutil.copytree(profile_dir, directory / PROFILE)
@@ -73,10 +77,13 @@ def weights(directory: Path) -> dict:
                       f"{RERUN}") from None
 
 
-def load(directory: Path, s, metric: str) -> TrainState:
+def load(directory: Path, s, metric: str, finished=lambda state: False) -> TrainState:
     """Restore Setup `s` from a checkpoint; return its training state (a checkpoint from before
-    best tracking gets a fresh record for `metric`)."""
+    best tracking gets a fresh record for `metric`). A final checkpoint has no optimizer state:
+    `finished(state)` says the run trains no further step from it."""
     unwrap(s.model).load_state_dict(weights(directory))
+    if not (directory / OPTIM).exists() and finished(read_state(directory, metric)):
+        return read_state(directory, metric)
     try:
         optim = torch.load(directory / OPTIM, map_location="cpu", weights_only=True)
     except (RuntimeError, OSError, EOFError) as err:

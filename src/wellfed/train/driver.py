@@ -69,6 +69,7 @@ def run_trainer(worker, ray_cfg: RayConfig, use_gpu: bool, store: Store,
     from ray.train.torch import TorchTrainer
 
     from wellfed.train.callback import MlflowCallback, StoreCallback
+    from wellfed.train.ray_callback import RayCallback
     from wellfed.train.worker import train_loop_per_worker
 
     flag = preemption.new_stop_flag()
@@ -92,9 +93,9 @@ def run_trainer(worker, ray_cfg: RayConfig, use_gpu: bool, store: Store,
         run_config=ray.train.RunConfig(
             name=worker.launch, storage_path=store.dir, storage_filesystem=store.fs,
             failure_config=ray.train.FailureConfig(max_failures=ray_cfg.max_failures),
-            callbacks=[MlflowCallback(uri, run_id, str(backlog)),
-                       StoreCallback(store, kept_while_running(job.train),
-                                     job.train.select == "best")],
+            callbacks=[RayCallback(MlflowCallback(uri, run_id, str(backlog))),
+                       RayCallback(StoreCallback(store, kept_while_running(job.train),
+                                                 job.train.select == "best"))],
             logging_config=ray.train.LoggingConfig(log_level="WARNING")),
     )
     mlflow.set_tracking_uri(uri)

@@ -52,11 +52,14 @@ def fit(job: TrainJob, store: Store, launch: str, callback, *, resume: Entry | N
             store.register(kept)
             store.prune(keep, best=job.train.select == "best")
 
+    def scratch():  # written where the store keeps it: committed by a rename, not a copy
+        return store.scratch(launch)
+
     if resume is None:
-        train(job, place, report, stop=stop.is_set)
+        train(job, place, report, stop=stop.is_set, scratch=scratch)
         return
     with store.local(resume) as saved:
-        train(job, place, report, resume=saved, stop=stop.is_set)
+        train(job, place, report, resume=saved, stop=stop.is_set, scratch=scratch)
 
 
 def keep_traceback(err: BaseException, run_dir: Path) -> Path | None:

@@ -132,7 +132,8 @@ def check_finite(bad: int, pending: list[dict], max_bad_steps: int) -> int:
 
 def train(job: TrainJob, place: Place, report: Report, *, resume: Path | None = None,
           wrap: Callable = lambda model: model,
-          stop: Callable[[], bool] | None = None) -> TrainState:
+          stop: Callable[[], bool] | None = None,
+          scratch: Callable = tempfile.TemporaryDirectory) -> TrainState:
     """Train `job` on `place.device`; return the final training state (step, history, best...).
 
     `wrap` turns the model into its distributed form (Ray: prepare_model -> DDP); `resume` is a
@@ -161,7 +162,8 @@ def train(job: TrainJob, place: Place, report: Report, *, resume: Path | None = 
     metric = selection.resolve(cfg.select_metric, job.task)
     state = TrainState(best=selection.fresh(metric))
     if resume:  # a checkpoint from before best tracking has no record: it gets a fresh one
-        state = checkpoint.load(resume, s, metric)
+        state = checkpoint.load(resume, s, metric, finished=lambda st: st.step >= s.steps or (
+            bool(patience) and st.best.since >= patience))
         if s.graphs is not None:  # the loaded optimizer holds host learning rates again
             graphs.use_device_lr(s.optimizer, device)
         if place.rank == 0:
@@ -219,7 +221,7 @@ def train(job: TrainJob, place: Place, report: Report, *, resume: Path | None = 
                 do_ckpt = do_ckpt or early or (new_best and cfg.select == "best")
             state.history += pending[:-1] + [dict(pending[-1], **(val or {}))]
             saving = do_ckpt and place.rank == 0
-            with tempfile.TemporaryDirectory() as tmp:
+            with (scratch() if saving else contextlib.nullcontext()) as tmp:
                 if saving:
                     with clock("checkpoints"):
                         checkpoint.save(Path(tmp), s, state, last or early, Path(traces))

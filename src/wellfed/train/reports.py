@@ -65,3 +65,16 @@ def write_reports(history: list[dict], uri: str, run_id: str, out: Path, data_cf
     tracking.log_text(uri, run_id, text, "diagnosis.md")
     return text, figures
 
+
+
+def worker_seconds(uri: str, run_id: str, since: float) -> dict[str, float]:
+    """Rank 0's seconds per part of the loop (setup, steps, validation...) from the run tag
+    tracking.WORKER_TIME its last report left; {} when that report came before `since` (epoch
+    seconds: a resumed run's tag may be the interrupted attempt's)."""
+    import json
+
+    import mlflow
+
+    tag = mlflow.MlflowClient(uri).get_run(run_id).data.tags.get(tracking.WORKER_TIME)
+    record = json.loads(tag) if tag else {}
+    return record.get("seconds", {}) if record.get("at", 0) >= since else {}
