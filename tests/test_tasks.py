@@ -122,7 +122,9 @@ def test_delimited_label_ids_whose_parts_occur_alone_are_multi_label(tmp_path):
     rep = report(tmp_path)
     assert rep["task"] == "multi_label" and "','-separated labels that also occur alone" in \
         rep["task_reason"]
-    assert proc.stdout.strip().splitlines()[-1].startswith("[wellfed] prepare: task multi_label (")
+    assert [line for line in proc.stdout.splitlines()
+            if line.startswith("[wellfed] prepare: task ")][0].startswith(
+        "[wellfed] prepare: task multi_label (")
     labels = json.loads((tmp_path / "prepared" / "labels.json").read_text())
     assert labels["names"] == ["0", "1", "2", "3"] and labels["task"] == "multi_label"
     train = pd.read_parquet(tmp_path / "prepared" / "train.parquet")

@@ -22,12 +22,14 @@ from wellfed import tasks
 from wellfed.data import shapes
 from wellfed.data.batching import BatchSpec, collate, eval_batches
 from wellfed.data.token_files import TokenFile
-from wellfed.evaluate.scores import tune_threshold
+from wellfed.evaluate.scores import macro_f1_multi, tune_threshold
 from wellfed.names import keys as label_keys
+
 
 PREDICT_SHAPES = 16
 """On a GPU, prediction pads its batches to this many planned widths (data/shapes.py), as
 training does: each new width costs new attention plans."""
+
 
 def predict(model, data: TokenFile, pad_id: int, device: torch.device, precision,
             batch_rows: int = 64, batch_tokens: int = 8192,
@@ -52,10 +54,10 @@ def predict(model, data: TokenFile, pad_id: int, device: torch.device, precision
             probs[idx] = (out.float() if logits else tasks.outputs(task, out)).cpu().numpy()
     return probs
 
+
 def threshold_on(model_dir, data: TokenFile, pad_id: int) -> tuple[float, float, float]:
     """Multi-label: (tuned threshold, its macro-F1, macro-F1 at 0.5) of the model in
     `model_dir` on `data` (the validation split), on the GPU when there is one."""
-    from sklearn.metrics import f1_score
     from transformers import AutoModelForSequenceClassification
 
     device = torch.device("cuda" if dev.cuda_available() else "cpu")
@@ -63,9 +65,9 @@ def threshold_on(model_dir, data: TokenFile, pad_id: int) -> tuple[float, float,
     probs = predict(model, data, pad_id, device, dev.choose_precision("auto", device),
                     task="multi_label")
     best, f1 = tune_threshold(data.labels, probs)
-    half = f1_score(data.labels.astype(int), (probs >= 0.5).astype(int), average="macro",
-                    zero_division=0)
+    half = macro_f1_multi(data.labels, probs >= 0.5)
     return best, f1, float(half)
+
 
 def predictions_frame(data: TokenFile, probs: np.ndarray, names: list[str],
                       task: str = "single_label", threshold: float = 0.5) -> pd.DataFrame:

@@ -1,8 +1,9 @@
 """The figures of an evaluation: accuracy, F1 and per-class scores, multi-label thresholds,
 regression correlations, the confusion pairs, and calibration (ECE and its reliability table).
 
-scikit-learn (~0.9 s to import here) and scipy are imported by the functions that use them: the
-train stage imports this module to calibrate.
+The counts behind accuracy and F1 are a few numpy lines, not scikit-learn: importing it costs the
+evaluate stage ~0.7 s of its fixed cost here (tests/test_evaluation.py holds these figures to
+scikit-learn's). scipy's correlations are imported where regression needs them.
 
 Per-class figures are keyed by each label's `wellfed.names.keys` key (label text may hold any
 character); the label's own text stays beside it.
@@ -17,41 +18,60 @@ from wellfed import tasks
 from wellfed.names import keys as label_keys
 
 
+def f1_parts(tp: np.ndarray, fp: np.ndarray, fn: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Precision, recall and F1 per class from its counts, 0 where a ratio is 0/0 (as
+    scikit-learn with zero_division=0; tests/test_evaluation.py holds them to it)."""
+    def ratio(num, den):
+        return np.divide(num, den, out=np.zeros(len(num)), where=den > 0)
+
+    return ratio(tp, tp + fp), ratio(tp, tp + fn), ratio(2 * tp, 2 * tp + fp + fn)
+
+
+def per_class(names: list[str], precision, recall, f1, support) -> dict:
+    return {key: {"label": str(name), "precision": float(p), "recall": float(r), "f1": float(f),
+                  "support": int(s)}
+            for key, name, p, r, f, s in zip(label_keys(names), names, precision, recall, f1,
+                                              support)}
+
+
 def score(gold: np.ndarray, probs: np.ndarray, names: list[str]) -> dict:
     """Accuracy, macro-F1 and per-class figures keyed by each label's safe key (the label's own
     text is its `label`), so that `per_class.<key>.f1` here is `eval/<key>/f1` in MLflow."""
-    from sklearn.metrics import accuracy_score, f1_score, precision_recall_fscore_support
+    gold, pred, k = np.asarray(gold, np.int64), probs.argmax(1), len(names)
+    counts = np.bincount(gold * k + pred, minlength=k * k).reshape(k, k)  # gold x predicted
+    tp = np.diag(counts).astype(np.float64)
+    support = counts.sum(1)
+    precision, recall, f1 = f1_parts(tp, counts.sum(0) - tp, support - tp)
+    return {"accuracy": float(np.mean(pred == gold)) if len(gold) else 0.0,
+            "macro_f1": float(f1.mean()), "rows": int(len(gold)),
+            "per_class": per_class(names, precision, recall, f1, support)}
 
-    pred = probs.argmax(1)
-    ids = list(range(len(names)))
-    precision, recall, f1, support = precision_recall_fscore_support(
-        gold, pred, labels=ids, zero_division=0)
-    return {"accuracy": float(accuracy_score(gold, pred)),
-            "macro_f1": float(f1_score(gold, pred, labels=ids, average="macro", zero_division=0)),
-            "rows": int(len(gold)),
-            "per_class": {key: {"label": str(name), "precision": float(p), "recall": float(r),
-                                "f1": float(f), "support": int(s)}
-                          for key, name, p, r, f, s in zip(label_keys(names), names, precision,
-                                                           recall, f1, support)}}
+
+def label_counts(gold: np.ndarray, pred: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Multi-label: true positives, false positives and false negatives per label."""
+    gold, pred = gold.astype(bool), pred.astype(bool)
+    return ((gold & pred).sum(0).astype(np.float64), (~gold & pred).sum(0).astype(np.float64),
+            (gold & ~pred).sum(0).astype(np.float64))
+
+
+def macro_f1_multi(gold: np.ndarray, pred: np.ndarray) -> float:
+    return float(f1_parts(*label_counts(gold, pred))[2].mean())
+
 
 def score_multi_label(gold: np.ndarray, probs: np.ndarray, names: list[str],
                       threshold: float) -> dict:
     """Micro/macro-F1, subset accuracy (every label of a row right) and per-label figures of
     0/1 `gold` against `probs` >= `threshold`."""
-    from sklearn.metrics import accuracy_score, f1_score, precision_recall_fscore_support
+    pred, gold = probs >= threshold, gold.astype(int) > 0
+    tp, fp, fn = label_counts(gold, pred)
+    precision, recall, f1 = f1_parts(tp, fp, fn)
+    micro = f1_parts(tp.sum(keepdims=True), fp.sum(keepdims=True), fn.sum(keepdims=True))[2]
+    return {"threshold": float(threshold), "micro_f1": float(micro[0]),
+            "macro_f1": float(f1.mean()),
+            "subset_accuracy": float(np.mean((gold == pred).all(1))) if len(gold) else 0.0,
+            "rows": int(len(gold)), "per_class": per_class(names, precision, recall, f1,
+                                                            gold.sum(0))}
 
-    pred = (probs >= threshold).astype(int)
-    gold = gold.astype(int)
-    precision, recall, f1, support = precision_recall_fscore_support(gold, pred, zero_division=0)
-    return {"threshold": float(threshold),
-            "micro_f1": float(f1_score(gold, pred, average="micro", zero_division=0)),
-            "macro_f1": float(f1_score(gold, pred, average="macro", zero_division=0)),
-            "subset_accuracy": float(accuracy_score(gold, pred)),
-            "rows": int(len(gold)),
-            "per_class": {key: {"label": str(name), "precision": float(p), "recall": float(r),
-                                "f1": float(f), "support": int(s)}
-                          for key, name, p, r, f, s in zip(label_keys(names), names, precision,
-                                                           recall, f1, support)}}
 
 def score_regression(gold: np.ndarray, values: np.ndarray, names: list[str]) -> dict:
     """Pearson r, Spearman rho and MSE per target, and their means over targets."""
@@ -68,10 +88,12 @@ def score_regression(gold: np.ndarray, values: np.ndarray, names: list[str]) -> 
     mean = {k: float(np.mean([t[k] for t in per.values()])) for k in ("pearson", "spearman", "mse")}
     return {**mean, "rows": int(len(gold)), "per_target": per}
 
+
 HEADLINE = {"single_label": ("accuracy", "macro_f1", "ece"),
             "multi_label": ("micro_f1", "macro_f1", "subset_accuracy", "ece"),
             "regression": ("pearson", "spearman", "mse")}
 """Each task's figures in the DVC metrics file (eval/<name>); the rest are in the report."""
+
 
 def score_task(task: str, gold: np.ndarray, outputs: np.ndarray, names: list[str],
                threshold: float = tasks.VAL_THRESHOLD) -> dict:
@@ -81,22 +103,25 @@ def score_task(task: str, gold: np.ndarray, outputs: np.ndarray, names: list[str
         return score_regression(gold, outputs, names)
     return score(gold, outputs, names)
 
+
 def tune_threshold(gold: np.ndarray, probs: np.ndarray) -> tuple[float, float]:
     """Multi-label: the threshold in 0.05..0.95 with the best macro-F1 (ties: nearest 0.5)."""
-    from sklearn.metrics import f1_score
-
     grid = np.round(np.arange(0.05, 0.951, 0.05), 2)
-    gold = gold.astype(int)
-    scores = [f1_score(gold, (probs >= t).astype(int), average="macro", zero_division=0)
-              for t in grid]
+    scores = [macro_f1_multi(gold, probs >= t) for t in grid]
     best = max(range(len(grid)), key=lambda i: (round(scores[i], 12), -abs(grid[i] - 0.5)))
     return float(grid[best]), float(scores[best])
 
-def confusion(pairs: pd.DataFrame, labels: list) -> np.ndarray:
-    """Counts of `confusion_pairs`, gold in rows, predicted in columns, in `labels` order."""
-    from sklearn.metrics import confusion_matrix
 
-    return confusion_matrix(pairs["gold"], pairs["predicted"], labels=labels)
+def confusion(pairs: pd.DataFrame, labels: list) -> np.ndarray:
+    """Counts of `confusion_pairs`, gold in rows, predicted in columns, in `labels` order (a
+    pair with a value outside `labels` is not counted)."""
+    index = {label: i for i, label in enumerate(labels)}
+    matrix = np.zeros((len(labels), len(labels)), np.int64)
+    for gold, pred in zip(pairs["gold"], pairs["predicted"]):
+        if gold in index and pred in index:
+            matrix[index[gold], index[pred]] += 1
+    return matrix
+
 
 def confusion_pairs(frame: pd.DataFrame, task: str, names: list[str]) -> pd.DataFrame:
     """The (gold, predicted) pairs DVC's confusion template counts. Single-label: one per row;
@@ -115,7 +140,9 @@ def confusion_pairs(frame: pd.DataFrame, task: str, names: list[str]) -> pd.Data
                           label if label in pred else "(none)"))
     return pd.DataFrame(pairs, columns=["gold", "predicted"])
 
+
 ECE_BINS = 15  # the usual choice (Guo et al. 2017); 872 SST-2 dev rows -> ~58 per bin if spread
+
 
 def calibration(task: str, gold: np.ndarray, probs: np.ndarray, bins: int = ECE_BINS) -> dict:
     """Expected calibration error and its reliability table, or {} for regression.
