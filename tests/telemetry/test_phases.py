@@ -1,8 +1,8 @@
-"""The stage's time breakdown: phases add up, and the line names the fixed cost."""
+"""Phases add up per name, and the train stage's worker parts replace its "train" phase."""
 
 import time
 
-from wellfed.telemetry.phases import Phases, breakdown
+from wellfed.telemetry.phases import Phases
 
 
 def test_phases_add_up_per_name_in_first_seen_order():
@@ -26,13 +26,6 @@ def test_a_phase_that_raises_is_still_timed():
     except OSError:
         pass
     assert "export" in clock.seconds
-
-
-def test_breakdown_sorts_parts_shows_the_uncovered_rest_and_the_fixed_cost():
-    line = breakdown(60.0, {"steps": 20.0, "ray start": 4.0, "validation": 11.0, "tiny": 0.01})
-    assert line.startswith("60.0 s: other 25.0, steps 20.0, validation 11.0, ray start 4.0;")
-    assert "tiny" not in line  # under 0.05 s: not worth a word
-    assert line.endswith("fixed cost (all but steps) 40.0 s")
 
 
 def test_train_is_split_into_the_workers_parts_and_what_was_around_them():

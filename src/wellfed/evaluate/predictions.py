@@ -33,7 +33,8 @@ training does: each new width costs new attention plans."""
 
 def predict(model, data: TokenFile, pad_id: int, device: torch.device, precision,
             batch_rows: int = 64, batch_tokens: int = 8192,
-            task: str = "single_label", logits: bool = False) -> np.ndarray:
+            task: str = "single_label", logits: bool = False,
+            desc: str = "predict") -> np.ndarray:
     """Every row's outputs (wellfed.tasks.outputs: class or label probabilities, regression
     values), or with `logits` the logits themselves, in file order."""
     model.eval().to(device)
@@ -44,7 +45,7 @@ def predict(model, data: TokenFile, pad_id: int, device: torch.device, precision
                            PREDICT_SHAPES)
     probs = np.zeros((len(data), model.config.num_labels), np.float32)
     with torch.no_grad():
-        for idx in tqdm(eval_batches(data.lengths, spec, 0), desc="predict", unit="batch",
+        for idx in tqdm(eval_batches(data.lengths, spec, 0), desc=desc, unit="batch",
                         mininterval=1.0, leave=False):
             host = collate(data, idx, pad_id, spec)
             batch = dev.to_device(host, device)
@@ -55,18 +56,21 @@ def predict(model, data: TokenFile, pad_id: int, device: torch.device, precision
     return probs
 
 
-def threshold_on(model_dir, data: TokenFile, pad_id: int) -> tuple[float, float, float]:
-    """Multi-label: (tuned threshold, its macro-F1, macro-F1 at 0.5) of the model in
-    `model_dir` on `data` (the validation split), on the GPU when there is one."""
+def validation_logits(model_dir, data: TokenFile, pad_id: int, task: str):
+    """The exported model in `model_dir` and its logits on `data` (the validation split), on the
+    GPU when there is one: one pass for the threshold and the calibration both."""
     from transformers import AutoModelForSequenceClassification
 
     device = torch.device("cuda" if dev.cuda_available() else "cpu")
     model = AutoModelForSequenceClassification.from_pretrained(model_dir)
-    probs = predict(model, data, pad_id, device, dev.choose_precision("auto", device),
-                    task="multi_label")
-    best, f1 = tune_threshold(data.labels, probs)
-    half = macro_f1_multi(data.labels, probs >= 0.5)
-    return best, f1, float(half)
+    return model, predict(model, data, pad_id, device, dev.choose_precision("auto", device),
+                          task=task, logits=True, desc="export: validation")
+
+
+def threshold_on(gold: np.ndarray, probs: np.ndarray) -> tuple[float, float, float]:
+    """Multi-label: (tuned threshold, its macro-F1, macro-F1 at 0.5) of the validation `probs`."""
+    best, f1 = tune_threshold(gold, probs)
+    return best, f1, macro_f1_multi(gold, probs >= 0.5)
 
 
 def predictions_frame(data: TokenFile, probs: np.ndarray, names: list[str],

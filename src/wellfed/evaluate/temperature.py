@@ -215,10 +215,12 @@ def _shown(temperatures: np.ndarray) -> str:
 
 
 def calibrate_model(model_dir: Path, data, pad_id: int, task: str, mode: str,
-                    threshold: float = 0.5) -> Calibrated:
+                    threshold: float = 0.5, model=None, logits=None) -> Calibrated:
     """Fit temperatures on the validation token file `data` for the exported model in
     `model_dir` and, as train.calibrate `mode` decides, fold them into its weights there.
-    `threshold`: the multi-label decision threshold on the model's scores as they are."""
+    `threshold`: the multi-label decision threshold on the model's scores as they are.
+    `model` and its validation `logits`, when the caller has them (train/export.py): not
+    loaded and predicted again."""
     off = {"method": "none"}
     if task == "regression":
         return Calibrated({**off, "reason": "regression: no probabilities"}, {},
@@ -232,10 +234,12 @@ def calibrate_model(model_dir: Path, data, pad_id: int, task: str, mode: str,
     from wellfed.evaluate.predictions import predict
 
     model_dir = Path(model_dir)
-    device = torch.device("cuda" if dev.cuda_available() else "cpu")
-    model = AutoModelForSequenceClassification.from_pretrained(model_dir)
-    logits = predict(model, data, pad_id, device, dev.choose_precision("auto", device),
-                     task=task, logits=True)
+    if model is None:
+        model = AutoModelForSequenceClassification.from_pretrained(model_dir)
+    if logits is None:
+        device = torch.device("cuda" if dev.cuda_available() else "cpu")
+        logits = predict(model, data, pad_id, device, dev.choose_precision("auto", device),
+                         task=task, logits=True, desc="calibration: validation")
     fitted = fit(task, logits, data.labels, threshold)
     apply, why = decide(mode, fitted)
     if apply:

@@ -57,16 +57,22 @@ def export(trained, tokens_dir: Path, meta: dict, train_cfg, model_dir: Path, ur
         history = weights(trained, tokens_dir, model_dir, uri, run_id)
     fixed = train_cfg.threshold if train_cfg.threshold != "tune" else tasks.VAL_THRESHOLD
     validation = TokenFile(tokens_dir / "validation.arrow")
-    if task == "multi_label" and train_cfg.threshold == "tune":
+    tune = task == "multi_label" and train_cfg.threshold == "tune"
+    model = logits = None
+    if task != "regression" and (tune or train_cfg.calibrate != "none"):
         from wellfed.evaluate import predictions
 
+        with clock("validation pass"):  # once, for the threshold and the calibration
+            model, logits = predictions.validation_logits(model_dir, validation, pad_id, task)
+    if tune:
         with clock("threshold"):  # on the scores as trained: calibration then keeps its decisions
-            fixed, f1, half = predictions.threshold_on(model_dir, validation, pad_id)
+            fixed, f1, half = predictions.threshold_on(
+                validation.labels, temperature.probabilities(task, logits))
         print(f"[wellfed] multi-label threshold {fixed:g}: validation macro-F1 {f1:.4f} "
               f"(at 0.5: {half:.4f})")
     with clock("calibration"):
         calibrated = temperature.calibrate_model(model_dir, validation, pad_id, task,
-                                                 train_cfg.calibrate, float(fixed))
+                                                 train_cfg.calibrate, float(fixed), model, logits)
     print(f"[wellfed] {calibrated.line}")
     tracking.set_tags(uri, run_id, calibrated.tags)
     info = {"task": task, "text_columns": meta.get("text_columns", ["text"]),
