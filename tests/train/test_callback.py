@@ -83,3 +83,33 @@ def test_metrics_survive_a_tracking_server_outage(tmp_path, capsys):
     finally:
         stop_server(server)
     assert sorted(steps) == list(range(1, 21))  # every step exactly once
+
+
+def test_in_process_reports_are_sent_in_the_background_in_order(tmp_path, monkeypatch):
+    """The training thread hands a report over and goes on while MLflow writes it; `drain`
+    waits for what was handed over (a checkpoint is registered after its steps are logged),
+    and every step arrives once, in order."""
+    import threading
+
+    import wellfed.train.callback as callback_module
+
+    sent, gate = [], threading.Event()
+
+    def slow_send(uri, run_id, metrics, tags=None):
+        gate.wait(30)
+        sent.append(sorted({m.step for m in metrics if m.key == "train/loss"}))
+
+    monkeypatch.setattr(callback_module, "send_metrics", slow_send)
+    callback = MlflowCallback("sqlite:///unused", "run", str(tmp_path / "backlog"),
+                              background=True)
+    callback.last_step = 0  # as after _resume_point on a fresh run
+    callback._log_worker_choices = lambda reports: None
+    for first in (1, 6, 11):
+        callback.after_report(None, report(first, first + 4), None)
+    assert sent == []  # all three handed over while the first is still being written
+    gate.set()
+    callback.drain()
+    assert sent == [[1, 2, 3, 4, 5], [6, 7, 8, 9, 10], [11, 12, 13, 14, 15]]
+    callback.after_report(None, report(16, 20), None)
+    callback.close()
+    assert sent[-1] == [16, 17, 18, 19, 20] and callback.sender is None

@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
+import threading
 import time
 from pathlib import Path
 
@@ -74,13 +76,51 @@ class MlflowCallback:
     are skipped, so the run's history never repeats or goes back.
     """
 
-    def __init__(self, uri: str, run_id: str, backlog: str):
+    def __init__(self, uri: str, run_id: str, backlog: str, background: bool = False):
         self.uri, self.run_id, self.backlog = uri, run_id, Path(backlog)
         self.last_step: int | None = None
         self.last_print = 0.0
         self.started = time.time()
         self.unsent: list[Metric] = []
         self.down_since: float | None = None
+        # In-process, the reports come from the training thread itself: a background sender
+        # keeps MLflow's write (a sqlite commit, ~10-50 ms here) out of the steps; `drain`
+        # waits for it where order matters (a checkpoint is registered after its steps).
+        self.queue: queue.Queue | None = queue.Queue() if background else None
+        self.sender: threading.Thread | None = None
+
+    def __getstate__(self) -> dict:  # Ray sends it to the controller: no thread, no queue
+        return {**self.__dict__, "queue": None, "sender": None}
+
+    def drain(self) -> None:
+        """Wait until every report handed over so far has been sent (or held back)."""
+        if self.queue is not None:
+            self.queue.join()
+
+    def close(self) -> None:
+        """Drain, then stop the background sender."""
+        if self.sender is not None:
+            self.queue.put(None)
+            self.sender.join()
+            self.sender = None
+
+    def _sending(self) -> None:
+        while (item := self.queue.get()) is not None:
+            try:
+                self._send(*item)
+            finally:
+                self.queue.task_done()
+        self.queue.task_done()
+
+    def _hand_over(self, batch: list[Metric], tags: dict[str, str]) -> None:
+        if self.queue is None:
+            self._send(batch, tags)
+            return
+        if self.sender is None:
+            self.sender = threading.Thread(target=self._sending, name="wellfed-mlflow",
+                                           daemon=True)
+            self.sender.start()
+        self.queue.put((batch, tags))
 
     def _resume_point(self, reports: list[dict]) -> int:
         import mlflow
@@ -141,7 +181,7 @@ class MlflowCallback:
         scalars = interval_metrics(reports)
         scalars.update(reports[0].get("val", {}))
         batch += [Metric(k, float(v), now, step) for k, v in scalars.items()]
-        self._send(batch, worker_time_tag(reports))
+        self._hand_over(batch, worker_time_tag(reports))
         self.last_step = step
         self._progress(reports[0], records[-1], scalars)
 

@@ -122,7 +122,7 @@ def run_in_process(job: TrainJob, ray_cfg: RayConfig, use_gpu: bool, run: runs.R
     from wellfed.train import local
     from wellfed.train.callback import MlflowCallback, retries_restored
 
-    callback = MlflowCallback(uri, run_id, str(backlog))
+    callback = MlflowCallback(uri, run_id, str(backlog), background=True)
     stop = threading.Event()
     mlflow.set_tracking_uri(uri)
     # No MLflow system metrics here: this process is the worker, whose own sampler already logs

@@ -49,17 +49,21 @@ def fit(job: TrainJob, store: Store, launch: str, callback, *, resume: Entry | N
                                 metrics.get(selection.RANK_KEY, 0))
         callback.after_report(None, [metrics], kept)
         if kept:  # as on Ray (callback.StoreCallback): registered once its steps are logged
+            callback.drain()
             store.register(kept)
             store.prune(keep, best=job.train.select == "best")
 
     def scratch():  # written where the store keeps it: committed by a rename, not a copy
         return store.scratch(launch)
 
-    if resume is None:
-        train(job, place, report, stop=stop.is_set, scratch=scratch)
-        return
-    with store.local(resume) as saved:
-        train(job, place, report, resume=saved, stop=stop.is_set, scratch=scratch)
+    try:
+        if resume is None:
+            train(job, place, report, stop=stop.is_set, scratch=scratch)
+            return
+        with store.local(resume) as saved:
+            train(job, place, report, resume=saved, stop=stop.is_set, scratch=scratch)
+    finally:
+        callback.close()  # every report sent before the run goes on (or stops)
 
 
 def keep_traceback(err: BaseException, run_dir: Path) -> Path | None:

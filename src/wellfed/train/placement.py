@@ -167,6 +167,6 @@ def trial(job, store, launch, resume, keep, use_gpu, threads, uri, run_id, backl
     stop = StopCheck(flag)
     tracking.set_tags(uri, run_id, {"derived.placement": where()})
     with retries_restored():
-        local.fit(job, store, launch, MlflowCallback(uri, run_id, backlog), resume=resume,
-                  keep=keep, use_gpu=use_gpu and torch.cuda.is_available(), threads=threads,
-                  stop=SimpleNamespace(is_set=stop.check))
+        local.fit(job, store, launch, MlflowCallback(uri, run_id, backlog, background=True),
+                  resume=resume, keep=keep, use_gpu=use_gpu and torch.cuda.is_available(),
+                  threads=threads, stop=SimpleNamespace(is_set=stop.check))
