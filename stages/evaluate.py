@@ -1,16 +1,14 @@
 """evaluate: score the test split (validation when there is none) and append to the MLflow run.
 
-usage: python stages/evaluate.py TOKENS_DIR MODEL_DIR RUN_JSON EVAL_DIR
+usage: python stages/evaluate.py TOKENS_DIR MODEL_DIR RUN_JSON VALIDATION_OUTPUTS EVAL_DIR
+
+On the validation split (no test split) it scores the exported model's outputs that the train
+stage computed on it (VALIDATION_OUTPUTS): the same model, not predicted a second time.
 """
 
 import json
 from pathlib import Path
 
-import torch
-from transformers import AutoModelForSequenceClassification
-from transformers.utils import logging as hf_logging
-
-from wellfed import device as dev
 from wellfed.cli import stage
 from wellfed.config import load_params
 from wellfed.data.token_files import TokenFile
@@ -21,22 +19,22 @@ from wellfed.use import serving
 
 
 @stage
-def main(tokens_dir, model_dir, run_json, eval_dir, *, budget):
+def main(tokens_dir, model_dir, run_json, validation_outputs, eval_dir, *, budget):
     clock, tokens, out = budget.clock, Path(tokens_dir), Path(eval_dir)
     with clock("params"):
         (mlflow_cfg,) = load_params("params.yaml", "mlflow")
     meta = json.loads((tokens / "meta.json").read_text())
     split = "test" if (tokens / "test.arrow").is_file() else "validation"
     data = TokenFile(tokens / f"{split}.arrow")
-    device = torch.device("cuda" if dev.cuda_available() else "cpu")
-    precision = dev.choose_precision("auto", device)
-    hf_logging.disable_progress_bar()  # a local directory: no download to show, only noise
-    with clock("model load"):
-        model = AutoModelForSequenceClassification.from_pretrained(model_dir)
     names, spec = meta["labels"], serving.read_spec(model_dir)
     task, threshold = spec.task, spec.threshold
-    with clock("predict"):
-        outputs = predictions.predict(model, data, meta["pad_id"], device, precision, task=task)
+    outputs = predictions.from_training(Path(validation_outputs), data) \
+        if split == "validation" else None  # the train stage scored the exported model on it
+    if outputs is None:
+        with clock("model load"):
+            model = predictions.load_exported(model_dir)
+        with clock("predict"):
+            outputs = predictions.predict_exported(model, data, meta["pad_id"], task, split)
     with clock("scores"):
         metrics = {"split": split, "task": task,
                    **scores.score_task(task, data.labels, outputs, names, threshold),

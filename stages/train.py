@@ -41,7 +41,9 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir, *, budget):
         print(f"[wellfed] {stop}", file=sys.stderr, flush=True)
         sys.exit(stop.exit_code)
     with marked_failed(uri, run_id):  # the stage fails after training: so does the MLflow run
-        history = export.export(trained, tokens, meta, train_cfg, model_dir, uri, run_id, clock)
+        history, outputs = export.export(trained, tokens, meta, train_cfg, model_dir, uri, run_id,
+                                         clock)
+        export.write_validation_outputs(out / "validation_outputs.npz", outputs, tokens)
         # Every process of a resumed run counts: earlier ones recorded their seconds in the store.
         seconds = info["seconds_before"] + time.time() - started
         with clock("history + plots + diagnosis"):

@@ -161,3 +161,37 @@ def test_editing_a_module_evaluate_imports_marks_evaluate_changed(project):
         assert "evaluate:" in out and "modified:" in out and "src/wellfed/data/batching.py" in out
     finally:
         module.write_text(original)
+
+
+def test_without_a_test_split_evaluate_scores_the_exported_models_validation_outputs(
+        tmp_path, tiny_model_dir):
+    """No test split: evaluate scores validation with the outputs the train stage computed for
+    the exported (calibrated) model from the chosen checkpoint's validation logits: no model
+    loaded and no split predicted a third time. They are what predicting again gives."""
+    import numpy as np
+    import torch
+
+    from wellfed import device as dev
+    from wellfed.data.token_files import TokenFile
+    from wellfed.evaluate.predictions import load_exported, predict
+
+    make_project(tmp_path, {"model": {"name": str(tiny_model_dir), "init": "random"},
+                            "prepare": {"test": ""},
+                            "train": {"epochs": 2, "lr": 2e-3, "global_batch_size": 16,
+                                      "micro_batch_size": 8, "eval_every": 10,
+                                      "report_every": 5, "calibrate": "temperature"}},
+                 {"train.tsv": 160, "dev.tsv": 60})
+    run(["dvc", "repro"], tmp_path)
+    evaluate = json.loads((tmp_path / "data/reports/time/evaluate.json").read_text())
+    assert not {"model load", "predict"} & set(evaluate["parts_s"]), evaluate["parts_s"]
+    report = json.loads((tmp_path / "data/eval/report.json").read_text())
+    assert report["split"] == "validation" and report["rows"] == 60
+    data = TokenFile(tmp_path / "data/tokens/validation.arrow")
+    cpu = torch.device("cpu")
+    again = predict(load_exported(tmp_path / "data/model"), data, 0, cpu,
+                    dev.choose_precision("auto", cpu))
+    frame = pd.read_parquet(tmp_path / "data/eval/predictions.parquet")
+    np.testing.assert_allclose(frame[[c for c in frame if c.startswith("prob_")]].to_numpy(),
+                               again, atol=1e-5)
+    assert json.loads((tmp_path / "data/model/wellfed.json").read_text())["calibration"][
+        "method"] == "temperature"

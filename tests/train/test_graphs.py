@@ -167,8 +167,12 @@ def test_validation_on_the_plans_shapes_gives_the_same_figures(tmp_path, tiny_mo
     data = task_file(tmp_path / "v.arrow", task, rows=70, seed=5)
     planned = planned_setup(tiny_model_dir, data, task, cuda_graphs="true")
     dynamic = planned_setup(tiny_model_dir, data, task, cuda_graphs="false")
-    a = evaluate_split(planned, data, 0, 0, K)
-    b = evaluate_split(dynamic, data, 0, 0, K)
+    a, logits_a = evaluate_split(planned, data, 0, 0, K, keep_logits=True)
+    b, logits_b = evaluate_split(dynamic, data, 0, 0, K, keep_logits=True)
     assert a.keys() == b.keys() and len(a) >= 3
     for key in a:
         assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-6), key
+    # Every row's logits, in file order, whatever order the batches took.
+    assert logits_a.shape == (70, K) and np.abs(logits_a).sum(1).min() > 0
+    np.testing.assert_allclose(logits_a, logits_b, rtol=1e-4, atol=1e-5)
+    assert evaluate_split(dynamic, data, 0, 0, K)[1] is None

@@ -56,6 +56,36 @@ def predict(model, data: TokenFile, pad_id: int, device: torch.device, precision
     return probs
 
 
+def load_exported(model_dir):
+    """The exported model of `model_dir` (a Hugging Face model directory), quietly."""
+    from transformers import AutoModelForSequenceClassification
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # a local directory: no download to show, only noise
+    return AutoModelForSequenceClassification.from_pretrained(model_dir)
+
+
+def predict_exported(model, data: TokenFile, pad_id: int, task: str, split: str) -> np.ndarray:
+    """Every row's outputs of `model` on `data`, on the GPU when there is one."""
+    device = torch.device("cuda" if dev.cuda_available() else "cpu")
+    return predict(model, data, pad_id, device, dev.choose_precision("auto", device), task=task,
+                   desc=f"evaluate: {split}")
+
+
+def from_training(path, data: TokenFile) -> np.ndarray | None:
+    """The exported model's outputs on `data` (the validation split) as the train stage wrote
+    them (train/export.py write_validation_outputs), or None when it wrote none or they are not
+    these rows."""
+    try:
+        saved = np.load(path)
+        outputs, row_ids = saved["outputs"], saved["row_ids"]
+    except (OSError, KeyError, ValueError):
+        return None
+    if len(outputs) != len(data) or not np.array_equal(row_ids, data.row_ids):
+        return None
+    return outputs
+
+
 def validation_logits(model_dir, data: TokenFile, pad_id: int, task: str):
     """The exported model in `model_dir` and its logits on `data` (the validation split), on the
     GPU when there is one: one pass for the threshold and the calibration both."""

@@ -234,15 +234,16 @@ def calibrate_model(model_dir: Path, data, pad_id: int, task: str, mode: str,
     from wellfed.evaluate.predictions import predict
 
     model_dir = Path(model_dir)
-    if model is None:
-        model = AutoModelForSequenceClassification.from_pretrained(model_dir)
     if logits is None:
         device = torch.device("cuda" if dev.cuda_available() else "cpu")
+        model = AutoModelForSequenceClassification.from_pretrained(model_dir)
         logits = predict(model, data, pad_id, device, dev.choose_precision("auto", device),
                          task=task, logits=True, desc="calibration: validation")
     fitted = fit(task, logits, data.labels, threshold)
     apply, why = decide(mode, fitted)
     if apply:
+        if model is None:  # the fold needs the weights, the fit did not
+            model = AutoModelForSequenceClassification.from_pretrained(model_dir)
         probe = data.gather(np.arange(min(PROBE_ROWS, len(data))), pad_id, 1)
         problem = fold(model, fitted.temperatures, probe)
         if problem:

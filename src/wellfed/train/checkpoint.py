@@ -6,6 +6,8 @@
                       checkpoint (the last step, or early stopping), which never trains on
     train_state.json  step, epoch and sampler position, the per-step history so far and the
                       best validation so far (train/selection.py)
+    val_logits.npy    one worker, a step that validated: every validation row's logits, in
+                      file order (the export's threshold and calibration use them)
     profile/          the final checkpoint only, when train.profile_steps is set: the trace
     manifest.json     every other file's size and sha256, written last (train/store.py)
     registered        written by the driver once it has the checkpoint's report (train/store.py)
@@ -21,6 +23,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from wellfed.train.state import TrainState
@@ -28,6 +31,7 @@ from wellfed.train.state import TrainState
 MODEL = "model.pt"
 OPTIM = "optim.pt"
 STATE = "train_state.json"
+VAL_LOGITS = "val_logits.npy"
 PROFILE = "profile"
 MANIFEST = "manifest.json"
 REGISTERED = "registered"
@@ -44,7 +48,8 @@ def unwrap(model):
     return getattr(model, "module", model)
 
 
-def save(directory: Path, s, state: TrainState, final: bool, profile_dir: Path | None) -> None:
+def save(directory: Path, s, state: TrainState, final: bool, profile_dir: Path | None,
+         val_logits: np.ndarray | None = None) -> None:
     """Write the checkpoint of Setup `s` (its model, optimizer, scheduler, scaler) and `state`;
     a `final` one without the optimizer's state (2x the weights with Adam), which nothing
     would read: a resume from it trains no further step, and a completed run drops it."""
@@ -53,6 +58,8 @@ def save(directory: Path, s, state: TrainState, final: bool, profile_dir: Path |
         torch.save({"optimizer": s.optimizer.state_dict(), "scheduler": s.scheduler.state_dict(),
                     "scaler": s.scaler.state_dict()}, directory / OPTIM)
     (directory / STATE).write_text(json.dumps(state.to_json()))
+    if val_logits is not None:
+        np.save(directory / VAL_LOGITS, val_logits)
     if final and profile_dir and any(profile_dir.iterdir()):
         shutil.copytree(profile_dir, directory / PROFILE)
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import numpy as np
+
 from wellfed import tasks
 from wellfed.data.token_files import TokenFile
 from wellfed.evaluate import temperature
@@ -32,39 +34,49 @@ def write_model(ckpt: Path, job, tokens_dir: Path, out: Path) -> None:
     shutil.copytree(tokens_dir / "tokenizer", out, dirs_exist_ok=True)
 
 
-def weights(trained, tokens_dir: Path, model_out: Path, uri: str, run_id: str) -> list[dict]:
+def weights(trained, tokens_dir: Path, model_out: Path, uri: str,
+            run_id: str) -> tuple[list[dict], np.ndarray | None]:
     """The chosen checkpoint -> HF model directory (weights + tokenizer + label names); return
-    the per-step history (the last checkpoint's). `trained` is the driver's Trained. A profiler
-    trace in the last checkpoint goes to MLflow under `profile/`."""
+    the per-step history (the last checkpoint's) and the checkpoint's validation logits (None
+    when it has none: several workers, or a step that did not validate). `trained` is the
+    driver's Trained. A profiler trace in the last checkpoint goes to MLflow under `profile/`."""
     store = trained.store
     with store.local(trained.chosen) as chosen, atomic_path(model_out, is_dir=True) as tmp:
         write_model(chosen, trained.job, tokens_dir, tmp)
+        logits = (np.load(chosen / checkpoint.VAL_LOGITS)
+                  if (chosen / checkpoint.VAL_LOGITS).is_file() else None)
     with store.local(trained.last) as last:
         state = checkpoint.read_state(last)
         if (last / checkpoint.PROFILE).is_dir():
             tracking.log_artifacts(uri, run_id, last / checkpoint.PROFILE, checkpoint.PROFILE)
             print(f"[wellfed] profiler trace + top operators logged to MLflow run {run_id} "
                   "under profile/ (open the trace in https://ui.perfetto.dev)")
-    return state.history
+    return state.history, logits
 
 
 def export(trained, tokens_dir: Path, meta: dict, train_cfg, model_dir: Path, uri: str,
-           run_id: str, clock: Phases) -> list[dict]:
+           run_id: str, clock: Phases) -> tuple[list[dict], np.ndarray | None]:
     """data/model, whole: the weights (`weights`), calibrated, the multi-label threshold
-    (train.threshold, tuned on validation when `tune`), `wellfed.json`; returns the history."""
+    (train.threshold, tuned on validation when `tune`), `wellfed.json`; returns the history
+    and the exported model's outputs on the validation split (calibrated, in file order; None
+    when no validation logits were at hand), which evaluate scores instead of predicting again
+    when validation is its split. The threshold and the calibration share one set of logits:
+    the chosen checkpoint's own, else one pass of the exported model."""
     task, pad_id = meta.get("task", "single_label"), meta["pad_id"]
     with clock("export"):
-        history = weights(trained, tokens_dir, model_dir, uri, run_id)
+        history, logits = weights(trained, tokens_dir, model_dir, uri, run_id)
     fixed = train_cfg.threshold if train_cfg.threshold != "tune" else tasks.VAL_THRESHOLD
     validation = TokenFile(tokens_dir / "validation.arrow")
     tune = task == "multi_label" and train_cfg.threshold == "tune"
-    model = logits = None
-    if task != "regression" and (tune or train_cfg.calibrate != "none"):
+    model = None
+    if logits is None and task != "regression" and (tune or train_cfg.calibrate != "none"):
         from wellfed.evaluate import predictions
 
         with clock("validation pass"):  # once, for the threshold and the calibration
             model, logits = predictions.validation_logits(model_dir, validation, pad_id, task)
     if tune:
+        from wellfed.evaluate import predictions
+
         with clock("threshold"):  # on the scores as trained: calibration then keeps its decisions
             fixed, f1, half = predictions.threshold_on(
                 validation.labels, temperature.probabilities(task, logits))
@@ -78,7 +90,21 @@ def export(trained, tokens_dir: Path, meta: dict, train_cfg, model_dir: Path, ur
     info = {"task": task, "text_columns": meta.get("text_columns", ["text"]),
             "threshold": calibrated.threshold if task == "multi_label" else tasks.VAL_THRESHOLD,
             "max_length": meta.get("max_length", 128), "calibration": calibrated.record}
-    if task == "multi_label" and train_cfg.threshold == "tune":
+    if tune:
         tracking.log_metrics(uri, run_id, {"train/threshold": info["threshold"]})
     tasks.write_model_info(model_dir, info)  # predict/serve read it beside config.json
-    return history
+    outputs = None
+    if logits is not None:  # what the exported model gives: its temperatures folded in
+        scale = (calibrated.record["temperatures"]
+                 if calibrated.record.get("method") == "temperature" else 1.0)
+        outputs = temperature.probabilities(task, logits, scale).astype(np.float32)
+    return history, outputs
+
+
+def write_validation_outputs(path: Path, outputs: np.ndarray | None, tokens_dir: Path) -> None:
+    """The exported model's validation outputs with their row ids (evaluate checks them against
+    the token file); no rows when there were none at hand."""
+    data = TokenFile(tokens_dir / "validation.arrow")
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.savez(f, outputs=np.zeros((0, 0), np.float32) if outputs is None else outputs,
+                 row_ids=data.row_ids if outputs is not None else np.zeros(0, np.int64))

@@ -211,10 +211,11 @@ def train(job: TrainJob, place: Place, report: Report, *, resume: Path | None = 
                 close_interval(values, pending, place.world)
             bad = check_finite(bad, pending, cfg.max_bad_steps)
             interval, telemetry = meter.interval(), sampler.snapshot()
-            val, new_best, early = None, False, False
+            val, new_best, early, logits = None, False, False, None
             if do_eval:  # figures all-reduced: every rank takes the same decisions below
                 with clock("validation"):
-                    val = evaluate_split(s, val_data, place.rank, job.pad_id, len(job.labels))
+                    val, logits = evaluate_split(s, val_data, place.rank, job.pad_id,
+                                                 len(job.labels), keep_logits=place.world == 1)
                 new_best = selection.observe(state.best, val, state.step)
                 early = bool(patience) and not last and state.best.since >= patience
                 # A new best may become data/model, so it gets a checkpoint of its own.
@@ -224,7 +225,8 @@ def train(job: TrainJob, place: Place, report: Report, *, resume: Path | None = 
             with (scratch() if saving else contextlib.nullcontext()) as tmp:
                 if saving:
                     with clock("checkpoints"):
-                        checkpoint.save(Path(tmp), s, state, last or early, Path(traces))
+                        checkpoint.save(Path(tmp), s, state, last or early, Path(traces),
+                                        logits)
                 with clock("reports"):  # the sink copies the checkpoint into its storage here
                     sent = WorkerReport(facts, run_facts(s), pending, interval, telemetry,
                                         sampler.kind, dict(clock.seconds), val,
