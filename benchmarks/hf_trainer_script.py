@@ -4,10 +4,12 @@ Model load to saved model, the same recipe as wellfed's train stage (params.yaml
 pandas, `Dataset.map` with the fast tokenizer (truncation 128), Trainer with length grouping,
 1 epoch, batch 32, AdamW lr 1e-4, weight decay 0.01, 6% linear warmup (warmup_steps 0.06: a
 ratio in transformers 5), clip 1.0, 2 threads,
-validation every 50 steps and at the end (as wellfed's eval_every 50), then `save_model`.
-Prints one JSON line: the script's phases (seconds) and the final validation accuracy.
+validation every EVAL_EVERY steps (0: none during training, as wellfed's eval_every 0) and at
+the end, then `save_model`. Prints one JSON line: the script's phases (seconds) and the final
+validation accuracy.
 
-usage: python benchmarks/hf_trainer_script.py TRAIN_TSV DEV_TSV OUT_DIR
+usage: python benchmarks/hf_trainer_script.py TRAIN_TSV DEV_TSV OUT_DIR [EVAL_EVERY [LR]]
+       (defaults: 50, 1e-4)
 """
 
 import time
@@ -28,7 +30,8 @@ import harness  # noqa: E402
 from train_throughput import grouping_args  # noqa: E402
 
 
-def main(train_tsv: str, dev_tsv: str, out_dir: str) -> None:
+def main(train_tsv: str, dev_tsv: str, out_dir: str, eval_every: str = "50",
+         lr: str = "1e-4") -> None:
     phases = {"imports": time.time() - STARTED}
     mark = time.time()
     torch.set_num_threads(harness.THREADS)
@@ -51,9 +54,10 @@ def main(train_tsv: str, dev_tsv: str, out_dir: str) -> None:
 
     args = TrainingArguments(
         output_dir=out_dir, per_device_train_batch_size=32, per_device_eval_batch_size=64,
-        num_train_epochs=1, learning_rate=1e-4, weight_decay=0.01, warmup_steps=0.06,
+        num_train_epochs=1, learning_rate=float(lr), weight_decay=0.01, warmup_steps=0.06,
         lr_scheduler_type="linear", max_grad_norm=1.0, seed=42, use_cpu=True,
-        dataloader_pin_memory=False, eval_strategy="steps", eval_steps=50, save_strategy="no",
+        dataloader_pin_memory=False, eval_strategy="steps" if int(eval_every) else "no",
+        eval_steps=int(eval_every) or None, save_strategy="no",
         logging_steps=10, report_to="none", disable_tqdm=True, **grouping_args(TrainingArguments))
     trainer = Trainer(model=model, args=args, train_dataset=train, eval_dataset=dev,
                       processing_class=tokenizer, data_collator=DataCollatorWithPadding(tokenizer),
@@ -70,4 +74,4 @@ def main(train_tsv: str, dev_tsv: str, out_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:6])
