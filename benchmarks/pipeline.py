@@ -19,12 +19,17 @@ validation accuracy (equal learning). 2,048 rows run A B B A; 20,000 rows A B.
 Targets (issue: a run as fast as its steps): pipeline >= 0.75x at 2,048 rows and >= 1.05x at
 20,000; iteration >= 0.9x at 2,048.
 
+On a lent GPU (dvc and mlflow installed there) both sides run on it, bf16; WELLFED_BENCH_MODEL=
+bert_base trains a BERT-base-sized random-init model on both sides instead of MiniLM, and the
+result file is then benchmarks/results/gpu/pipeline_<model>.json.
+
 usage: python benchmarks/pipeline.py [ROWS ...]      (default: 2048 20000)
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -37,6 +42,9 @@ import yaml
 import harness
 from train_stage import HERE, PROJECT, commit, env, kept_cases, timed
 
+MODEL = os.environ.get("WELLFED_BENCH_MODEL", "minilm")
+BERT_BASE = {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+             "intermediate_size": 3072}
 NAME = "pipeline"
 ORDERS = {2048: ("wellfed", "trainer", "trainer", "wellfed")}
 DEFAULT_ORDER = ("wellfed", "trainer")
@@ -66,6 +74,13 @@ def make_project(root: Path, rows: int) -> Path:
     params = yaml.safe_load((root / "params.yaml").read_text())
     params["prepare"]["test"] = ""
     params["train"].update(epochs=1, eval_every=0)
+    if MODEL == "bert_base":  # a config beside MiniLM's tokenizer: random init on both sides
+        model_dir = root / "bert_base"
+        shutil.copytree(harness.model_path(), model_dir, ignore=shutil.ignore_patterns(
+            "*.safetensors", "*.bin", "*.onnx", "onnx", "openvino"))
+        config = json.loads((model_dir / "config.json").read_text())
+        (model_dir / "config.json").write_text(json.dumps({**config, **BERT_BASE}))
+        params["model"].update(name=str(model_dir), init="random")
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     (root / ".gitignore").write_text("mlflow.db\nmlruns/\n/data/checkpoints/\n/hf_out/\n")
     git(root, "init", "-q")
@@ -102,8 +117,8 @@ def trainer_run(project: Path, lr: str = "1e-4") -> dict:
     out_dir = project / "hf_out"
     shutil.rmtree(out_dir, ignore_errors=True)
     seconds, out = timed([sys.executable, str(HERE / "hf_trainer_script.py"),
-                          "data/raw/train.tsv", "data/raw/dev.tsv", str(out_dir), "0", lr],
-                         project)
+                          "data/raw/train.tsv", "data/raw/dev.tsv", str(out_dir), "0", lr,
+                          str(project / "bert_base") if MODEL == "bert_base" else ""], project)
     result = json.loads([s for s in out.splitlines() if s.startswith('{"phases"')][-1])
     return {"wall_s": round(seconds, 1), "lr": lr,
             "parts_s": {k: round(v, 1) for k, v in result["phases"].items()},
@@ -150,20 +165,24 @@ def case(rows: int, scratch: Path) -> dict:
 
 
 def main() -> None:
+    import torch
+
     harness.require_sst2(NAME)
-    clock = harness.Clock()
+    clock, gpu = harness.Clock(), torch.cuda.is_available()
     sizes = [int(a) for a in sys.argv[1:]] or [2048, 20_000]
     with tempfile.TemporaryDirectory(prefix="wellfed-pipeline-") as tmp:
         cases = [case(rows, Path(tmp)) for rows in sizes]
-    cases = sorted(kept_cases(sizes, NAME) + cases, key=lambda c: c["rows"])
+    cases = sorted(([] if gpu else kept_cases(sizes, NAME)) + cases, key=lambda c: c["rows"])
     ratios = {k: v for c in cases for k, v in c["ratios"].items()}
-    harness.write_result(NAME, {
+    harness.write_result(NAME if not gpu else f"{NAME}_{MODEL}", {
         "what": ("the whole pipeline (dvc repro) and the lr iteration (dvc exp run -S) vs an HF "
                  "Trainer script that trains and validates once, fresh processes, interleaved; "
                  "ratio = trainer s / wellfed s"),
         "cases": cases, "ratios": ratios,
         "all_met": all(r["met"] for r in ratios.values() if r["target"] is not None),
-        "machine": harness.machine(), **clock.summary()})
+        "model": MODEL, "device": torch.cuda.get_device_name(0) if gpu else "cpu",
+        "machine": harness.machine(), **clock.summary()},
+        folder=harness.RESULTS / "gpu" if gpu else harness.RESULTS)
 
 
 if __name__ == "__main__":
