@@ -89,7 +89,8 @@ def scored(tmp_path_factory, tiny_model_dir):
     (root / "run.json").write_text(json.dumps({"mlflow_run_id": run_id, "tracking_uri": uri}))
     (root / "params.yaml").write_text("mlflow: {}\n")  # evaluate reads mlflow.champion_alias
     proc = subprocess.run([sys.executable, str(PROJECT / "stages" / "evaluate.py"), "tokens", "model",
-                           "run.json", "eval"], cwd=root, capture_output=True, text=True, timeout=300)
+                           "run.json", "no-outputs.npz", "eval"], cwd=root, capture_output=True,
+                          text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return root, client, run_id
 
@@ -128,7 +129,8 @@ def test_an_mlflow_failure_in_evaluate_is_one_line_naming_the_call(scored):
     run = json.loads((root / "run.json").read_text())
     (root / "gone.json").write_text(json.dumps({**run, "mlflow_run_id": "0" * 32}))
     proc = subprocess.run([sys.executable, str(PROJECT / "stages" / "evaluate.py"), "tokens", "model",
-                           "gone.json", "eval-gone"], cwd=root, capture_output=True, text=True,
+                           "gone.json", "no-outputs.npz", "eval-gone"], cwd=root,
+                          capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()  # above it: the progress bars of model loading, predict

@@ -4,6 +4,7 @@ and leaks between splits. Every failure is asserted word for word, with exit 1 a
 behind; every success with the rows it read and the lines it printed."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -53,7 +54,10 @@ def prepared(tmp_path, split: str) -> pd.DataFrame:
 
 
 def stdout_lines(proc) -> list[str]:
-    return [line.removeprefix("[wellfed] ") for line in proc.stdout.strip().splitlines()]
+    """The stage's own lines, without the time budget it ends with (telemetry/budget.py)."""
+    lines = [line.removeprefix("[wellfed] ") for line in proc.stdout.strip().splitlines()]
+    assert re.match(r"prepare [\d.]+ s: ", lines[-1]), lines[-1]
+    return lines[:-1]
 
 
 def warnings(proc) -> list[str]:

@@ -43,9 +43,10 @@ def plant(monkeypatch, curve: list[float], key: str = "val/macro_f1") -> list[in
     list of steps it was called at, filled as training runs."""
     figures, calls = iter(curve), []
 
-    def evaluate_split(s, data, rank, pad_id, k):
+    def evaluate_split(s, data, rank, pad_id, k, keep_logits=False):
         calls.append(s.scheduler.last_epoch)  # one scheduler step per optimizer step
-        return {"val/loss": 0.5, "val/accuracy": 0.5, "val/macro_f1": 0.5, key: next(figures)}
+        return {"val/loss": 0.5, "val/accuracy": 0.5, "val/macro_f1": 0.5,
+                key: next(figures)}, None
 
     monkeypatch.setattr(loop, "evaluate_split", evaluate_split)
     return calls
@@ -102,7 +103,7 @@ def test_best_is_checkpointed_kept_by_ray_and_exported(job, tmp_path, monkeypatc
     assert sink.store.state(trained.chosen).step == 8
     for entry in sink.store.entries():  # the weights once: model.pt, never also hf_model/
         assert not (Path(entry.path) / checkpoint.HF_MODEL).exists()
-    history = export.weights(trained, job.tokens_dir, tmp_path / "model", "", "")
+    history, _ = export.weights(trained, job.tokens_dir, tmp_path / "model", "", "")
     assert [h["step"] for h in history] == list(range(1, 17))  # the whole run's, not step 8's
     weights = exported_weights(tmp_path / "model")
     assert same(weights, sink.weights[8]) and not same(weights, sink.weights[16])
