@@ -11,6 +11,7 @@ from pathlib import Path
 
 from wellfed.cli import one_line, stage
 from wellfed.config import SECTIONS, flatten, load_params
+from wellfed.model import resolve_source
 from wellfed.outputs import write_json
 from wellfed.telemetry.phases import split_train
 from wellfed.track import provenance, registry, run_note, sweeps, tracking, ui_links
@@ -28,10 +29,11 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir, *, budget):
         params = flatten(dict(zip(SECTIONS, load_params("params.yaml", *SECTIONS))))
     tokens, out, model_dir = Path(tokens_dir), Path(train_dir), Path(model_dir)
     meta = json.loads((tokens / "meta.json").read_text())
+    source = resolve_source(meta["model_source"])  # model.name as written: on this machine
     uri = tracking.tracking_uri(mlflow_cfg.tracking_uri, Path.cwd())
     try:
         trained, run_id, info = driver.fit(
-            tokens_dir=tokens, model_source=meta["model_source"], labels=meta["labels"],
+            tokens_dir=tokens, model_source=source, labels=meta["labels"],
             pad_id=meta["pad_id"], task=meta.get("task", "single_label"), model_cfg=model_cfg,
             train_cfg=train_cfg, data_cfg=data_cfg, ray_cfg=ray_cfg,
             storage=Path(checkpoint_dir), uri=uri, experiment=mlflow_cfg.experiment,

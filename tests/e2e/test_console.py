@@ -96,6 +96,14 @@ def test_every_stage_says_where_its_seconds_went_and_the_run_holds_the_pipelines
     assert [s["stage"] for s in pipeline["stages"]] == ["train", "evaluate"]
 
 
+def test_git_dirty_is_the_code_not_the_outputs_the_stages_rewrote(project):
+    """The experiments ran after the first run's outputs were committed: `dvc exp run -S` edited
+    params.yaml and the stages rewrote dvc.lock and data/train/* before train read git."""
+    _, runs = mlflow_runs(project[0])
+    assert [r.data.tags["git.dirty"] for r in runs] == ["false"] * 3
+    assert not [r for r in runs if "git.changed" in r.data.tags]
+
+
 def test_exp_show_has_the_headline_columns_and_few_metrics(project):
     dest, _ = project
     table = list(csv.DictReader(io.StringIO(run(["dvc", "exp", "show", "--csv"], dest).stdout)))
