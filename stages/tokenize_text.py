@@ -12,7 +12,7 @@ from wellfed.cli import stage
 from wellfed.config import load_params
 from wellfed.data.fingerprint import split_fingerprint
 from wellfed.data.token_files import write_token_file
-from wellfed.data.tokenization import SplitTokenizer
+from wellfed.data.tokenization import SplitTokenizer, stats_line
 from wellfed.model import load_tokenizer, resolve_source
 from wellfed.outputs import atomic_path, write_json
 
@@ -44,7 +44,8 @@ def main(prepared_dir, tokens_dir, stats_json, *, budget):
                              {"model_source": model_cfg.name,
                               "max_length": str(tok_cfg.max_length)})
             stats[split] = encoder.stats()
-            print(f"[wellfed] tokenize {split}: {stats[split]}")
+            line = stats_line(split, stats[split], tok_cfg.max_length, encoder.seconds)
+            print(f"[wellfed] {line}")
         tokenizer.save_pretrained(tmp / "tokenizer")  # with its pad token: EOS for most decoders
         # model.name as written, not where it resolved (an absolute .venv path for `default`):
         # two clones of one commit then write the same bytes, and share a DVC cache.

@@ -13,6 +13,7 @@ from wellfed.cli import one_line, stage
 from wellfed.config import SECTIONS, flatten, load_params
 from wellfed.model import resolve_source
 from wellfed.outputs import write_json
+from wellfed.telemetry import diagnosis
 from wellfed.telemetry.phases import split_train
 from wellfed.track import provenance, registry, run_note, sweeps, tracking, ui_links
 from wellfed.train import driver, export, preemption, reports
@@ -50,7 +51,8 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir, *, budget):
         seconds = info["seconds_before"] + time.time() - started
         with clock("history + plots + diagnosis"):
             text, figures = reports.write_reports(history, uri, run_id, out, data_cfg, train_cfg)
-        print(text)
+        for line in diagnosis.console(figures):  # as text; diagnosis.md keeps the Markdown
+            print(f"[wellfed] {line}")
         metrics = reports.summarize(history, seconds, figures, trained.best)
         write_json(out / "metrics.json", metrics)  # the DVC metrics: headline only, MLflow's names
         try:  # a model MLflow could not take must not cost the training: data/model holds it

