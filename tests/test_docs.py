@@ -68,6 +68,10 @@ def test_mkdocs_builds_strictly(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     params = (tmp_path / "site" / "reference" / "params" / "index.html").read_text()
     assert "train.cuda_graphs" in params and "prepare.missing_labels" in params
+    home = (tmp_path / "site" / "index.html").read_text()  # the README's tour, its links the site's
+    assert 'id="a-five-minute-tour"' in home and "wellfed-compare" in home
+    assert 'href="sweeps/"' in home and 'href="docs/' not in home
+    assert (tmp_path / "site" / "stylesheets" / "extra.css").is_file()  # long lines wrap or scroll
 
 
 def documented_outputs() -> set[str]:
