@@ -12,7 +12,7 @@ from wellfed.cli import stage
 from wellfed.config import load_params
 from wellfed.data.fingerprint import split_fingerprint
 from wellfed.data.token_files import write_token_file
-from wellfed.data.tokenization import SplitTokenizer
+from wellfed.data.tokenization import SplitTokenizer, stats_line
 from wellfed.model import load_tokenizer, resolve_source
 from wellfed.outputs import atomic_path, write_json
 
@@ -28,8 +28,7 @@ def main(prepared_dir, tokens_dir, stats_json, *, budget):
     prepared = Path(prepared_dir)
     label_info = json.loads((prepared / "labels.json").read_text())
     with clock("tokenizer load"):
-        source = resolve_source(model_cfg.name)
-        tokenizer = load_tokenizer(source, model_cfg.trust_remote_code)
+        tokenizer = load_tokenizer(resolve_source(model_cfg.name), model_cfg.trust_remote_code)
     # A pair for a model with token types (BERT-style): keep where the second segment starts.
     segments = (len(label_info.get("text_columns", [])) == 2
                 and "token_type_ids" in tokenizer.model_input_names)
@@ -42,11 +41,16 @@ def main(prepared_dir, tokens_dir, stats_json, *, budget):
             encoder = SplitTokenizer(tokenizer, tok_cfg.max_length, tok_cfg.batch_rows)
             write_token_file(tmp / f"{split}.arrow",
                              encoder.batches(str(split_file), split, segments),
-                             {"model_source": source, "max_length": str(tok_cfg.max_length)})
+                             {"model_source": model_cfg.name,
+                              "max_length": str(tok_cfg.max_length)})
             stats[split] = encoder.stats()
-            print(f"[wellfed] tokenize {split}: {stats[split]}")
+            line = stats_line(split, stats[split], tok_cfg.max_length, encoder.seconds)
+            print(f"[wellfed] {line}")
         tokenizer.save_pretrained(tmp / "tokenizer")  # with its pad token: EOS for most decoders
-        write_json(tmp / "meta.json", {"model_source": source, "labels": label_info["names"],
+        # model.name as written, not where it resolved (an absolute .venv path for `default`):
+        # two clones of one commit then write the same bytes, and share a DVC cache.
+        write_json(tmp / "meta.json", {"model_source": model_cfg.name,
+                                       "labels": label_info["names"],
                                        "task": label_info.get("task", "single_label"),
                                        "text_columns": label_info.get("text_columns", ["text"]),
                                        "pad_id": tokenizer.pad_token_id,

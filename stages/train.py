@@ -11,7 +11,9 @@ from pathlib import Path
 
 from wellfed.cli import one_line, stage
 from wellfed.config import SECTIONS, flatten, load_params
+from wellfed.model import resolve_source
 from wellfed.outputs import write_json
+from wellfed.telemetry import diagnosis
 from wellfed.telemetry.phases import split_train
 from wellfed.track import provenance, registry, run_note, sweeps, tracking, ui_links
 from wellfed.train import driver, export, preemption, reports
@@ -28,10 +30,11 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir, *, budget):
         params = flatten(dict(zip(SECTIONS, load_params("params.yaml", *SECTIONS))))
     tokens, out, model_dir = Path(tokens_dir), Path(train_dir), Path(model_dir)
     meta = json.loads((tokens / "meta.json").read_text())
+    source = resolve_source(meta["model_source"])  # model.name as written: on this machine
     uri = tracking.tracking_uri(mlflow_cfg.tracking_uri, Path.cwd())
     try:
         trained, run_id, info = driver.fit(
-            tokens_dir=tokens, model_source=meta["model_source"], labels=meta["labels"],
+            tokens_dir=tokens, model_source=source, labels=meta["labels"],
             pad_id=meta["pad_id"], task=meta.get("task", "single_label"), model_cfg=model_cfg,
             train_cfg=train_cfg, data_cfg=data_cfg, ray_cfg=ray_cfg,
             storage=Path(checkpoint_dir), uri=uri, experiment=mlflow_cfg.experiment,
@@ -48,7 +51,8 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir, *, budget):
         seconds = info["seconds_before"] + time.time() - started
         with clock("history + plots + diagnosis"):
             text, figures = reports.write_reports(history, uri, run_id, out, data_cfg, train_cfg)
-        print(text)
+        for line in diagnosis.console(figures):  # as text; diagnosis.md keeps the Markdown
+            print(f"[wellfed] {line}")
         metrics = reports.summarize(history, seconds, figures, trained.best)
         write_json(out / "metrics.json", metrics)  # the DVC metrics: headline only, MLflow's names
         try:  # a model MLflow could not take must not cost the training: data/model holds it

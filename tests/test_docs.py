@@ -68,3 +68,36 @@ def test_mkdocs_builds_strictly(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     params = (tmp_path / "site" / "reference" / "params" / "index.html").read_text()
     assert "train.cuda_graphs" in params and "prepare.missing_labels" in params
+    home = (tmp_path / "site" / "index.html").read_text()  # the README's tour, its links the site's
+    assert 'id="a-five-minute-tour"' in home and "wellfed-compare" in home
+    assert 'href="sweeps/"' in home and 'href="docs/' not in home
+    assert (tmp_path / "site" / "stylesheets" / "extra.css").is_file()  # long lines wrap or scroll
+
+
+def documented_outputs() -> set[str]:
+    """Files the docs' commands write where they run (the project root): `--out FILE`,
+    `wellfed-predict MODEL INPUT OUTPUT`, and `dvc plots show/diff`'s `dvc_plots/`. Absolute
+    paths and data/ (DVC's outputs, ignored where DVC writes them) are left out."""
+    found = set()
+    pages = [PROJECT / "README.md", *sorted((PROJECT / "docs").rglob("*.md"))]
+    for page in pages:
+        for block in re.findall(r"^```[a-z]*\n(.*?)^```", page.read_text(encoding="utf-8"),
+                                re.M | re.S):
+            for line in block.splitlines():
+                command = line.split(" #")[0].removeprefix("$ ")
+                found.update(re.findall(r"--out (\S+)", command))
+                predict = re.search(r"wellfed-predict (\S+) (\S+) (\S+)", command)
+                if predict:
+                    found.add(predict.group(3))
+                if re.search(r"\bdvc plots (show|diff)\b", command):
+                    found.add("dvc_plots/")
+    return {p for p in found if not p.startswith(("/", "data/", "<", "$"))}
+
+
+def test_what_the_documented_commands_write_is_gitignored():
+    outputs = documented_outputs()
+    assert {"compare.json", "seeds.json", "out.parquet", "dvc_plots/"} <= outputs, outputs
+    proc = subprocess.run(["git", "check-ignore", "--no-index", "-v", *sorted(outputs)],
+                          cwd=PROJECT, capture_output=True, text=True)
+    ignored = {line.split("\t")[-1] for line in proc.stdout.splitlines()}
+    assert ignored == outputs, f"not in .gitignore: {sorted(outputs - ignored)}"

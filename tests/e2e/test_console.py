@@ -58,9 +58,14 @@ def test_repro_console_has_wellfed_lines_and_no_ray_or_mlflow_internals(project)
     _, console = project
     for line in ("[wellfed] in process: 1 worker on ", "[wellfed] step 13/13",
                  "[wellfed] train done:", "fixed cost (all but steps)",
-                 "[wellfed] evaluate on test (50 rows)", "[wellfed] pipeline "):
+                 "[wellfed] evaluate on test (50 rows)", "[wellfed] pipeline ",
+                 "[wellfed] tokenize train: 200 rows, ",
+                 "[wellfed] bottleneck: compute-bound on CPU", "[wellfed] diagnosis: input wait"):
         assert line in console, line
     assert noise(console) == [], console
+    # No bar in a log (a finished one, or none), no dict repr, no Markdown: sentences for people.
+    for left in ("%|", "{'rows'", "# wellfed diagnosis", "**Bottleneck", "| figure |"):
+        assert left not in console, left
 
 
 def test_every_stage_says_where_its_seconds_went_and_the_run_holds_the_pipelines(project):
@@ -94,6 +99,14 @@ def test_every_stage_says_where_its_seconds_went_and_the_run_holds_the_pipelines
     pipeline = json.loads(Path(client.download_artifacts(runs[-1].info.run_id,
                                                          "time/pipeline.json")).read_text())
     assert [s["stage"] for s in pipeline["stages"]] == ["train", "evaluate"]
+
+
+def test_git_dirty_is_the_code_not_the_outputs_the_stages_rewrote(project):
+    """The experiments ran after the first run's outputs were committed: `dvc exp run -S` edited
+    params.yaml and the stages rewrote dvc.lock and data/train/* before train read git."""
+    _, runs = mlflow_runs(project[0])
+    assert [r.data.tags["git.dirty"] for r in runs] == ["false"] * 3
+    assert not [r for r in runs if "git.changed" in r.data.tags]
 
 
 def test_exp_show_has_the_headline_columns_and_few_metrics(project):

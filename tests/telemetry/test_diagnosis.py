@@ -4,7 +4,8 @@ import torch
 
 from wellfed.config import ModelConfig
 from wellfed.model import load_model
-from wellfed.telemetry.diagnosis import RunFigures, diagnose, figures_from_history, report
+from wellfed.telemetry.diagnosis import (RunFigures, console, diagnose, figures_from_history,
+                                         report)
 from wellfed.telemetry.meter import StepMeter
 from wellfed.telemetry.peak import measure_peak
 
@@ -87,3 +88,19 @@ def test_one_worker_is_read_from_the_means():
     assert figures.device_util_pct == 40 and figures.memory_used_share == 70 / 80
     assert diagnose(figures)[0] == "launch" and figures.per_worker_wait == {}
     assert "| input wait (share of step time) | 1.0% |" in report(figures)[0]
+
+
+def test_the_console_gets_sentences_with_the_same_figures_and_no_markdown():
+    figures = RunFigures(input_wait_share=0.34, padding_efficiency=0.97, mfu=0.2,
+                         samples_per_s=120.0, loader_workers=0, micro_batch_size=32,
+                         per_worker_wait={0: 0.3, 1: 0.38})
+    lines = console(figures)
+    assert lines[0] == ("bottleneck: input-bound 34% of step time. Knob: raise "
+                        "data.loader_workers from 0 to 2 (and data.prefetch), or move the token "
+                        "files to local disk.")
+    assert lines[1].startswith("diagnosis: input wait (share of step time) 34.0% (worker0 30.0%, "
+                               "worker1 38.0%), padding waste 3.0%, MFU (useful tokens) 20.0%")
+    assert len(lines) == 2 and not any(mark in "".join(lines) for mark in ("**", "|", "#"))
+    markdown = report(figures)[0]  # the file keeps its table, with the same values
+    assert markdown.startswith("# wellfed diagnosis\n\n**Bottleneck: input-bound 34%")
+    assert "| input wait (share of step time) | 34.0% (worker0 30.0%, worker1 38.0%) |" in markdown

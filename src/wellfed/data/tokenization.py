@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator
 
@@ -38,6 +39,23 @@ def token_stats(rows_per_length: np.ndarray, truncated: int) -> dict:
             "length_mean": round(tokens / rows, 2), "length_p50": round(p50, 2),
             "length_p90": round(p90, 2), "length_p99": round(p99, 2),
             "length_max": int(np.flatnonzero(counts)[-1]), "truncated_rows": int(truncated)}
+
+
+def stats_line(split: str, stats: dict, max_length: int, seconds: float) -> str:
+    """The console's sentence for one split's `token_stats`, e.g. `tokenize train: 3,000 rows,
+    36,435 tokens (a row: mean 12.1, p50 12, p90 16, p99 19, max 20); none cut at max_length
+    128; 0.2 s, 15,000 rows/s`."""
+    rows = stats["rows"]
+    if not rows:
+        return f"tokenize {split}: no rows"
+    lengths = ", ".join(f"{name} {stats[f'length_{name}']:g}"
+                        for name in ("mean", "p50", "p90", "p99", "max"))
+    cut = stats["truncated_rows"]
+    cut = (f"none cut at max_length {max_length}" if not cut else
+           f"{cut:,} rows ({cut / rows:.1%}) cut at max_length {max_length}: raise "
+           "tokenize.max_length to keep their ends")
+    return (f"tokenize {split}: {rows:,} rows, {stats['tokens']:,} tokens (a row: {lengths}); "
+            f"{cut}; {seconds:.1f} s, {rows / max(seconds, 1e-9):,.0f} rows/s")
 
 
 def _percentile(counts: np.ndarray, rows: int, q: float) -> float:
@@ -68,6 +86,7 @@ class SplitTokenizer:
         self.max_length = max_length
         self.batch_rows = batch_rows
         self.truncated = 0
+        self.seconds = 0.0  # batches()' wall time, for the console line; not in stats()
         self.rows_per_length = np.zeros(max_length + 1, np.int64)  # for stats(); bounded
 
     def encode(self, texts: list[str], pairs: list[str] | None = None,
@@ -107,8 +126,11 @@ class SplitTokenizer:
         source = pq.ParquetFile(parquet_path, pre_buffer=False)
         pair = "text_pair" in source.schema_arrow.names
         columns = ["row_id", "text"] + (["text_pair"] if pair else []) + ["label"]
+        # A bar while it runs on a terminal, gone when done (the stage prints the split's
+        # line); none in a log or a queued experiment, where it would stay at 0%.
         bar = tqdm(total=source.metadata.num_rows, desc=f"tokenize {desc}", unit="rows",
-                   mininterval=1.0, leave=False)
+                   mininterval=1.0, leave=False, disable=None)
+        started = time.perf_counter()
 
         def done(job, batch) -> TokenBatch:
             values, lengths, starts = self._flat(job.result(), segments and pair)
@@ -127,6 +149,7 @@ class SplitTokenizer:
             if pending is not None:
                 yield done(*pending)
         bar.close()
+        self.seconds += time.perf_counter() - started
 
     def stats(self) -> dict:
         return token_stats(self.rows_per_length, self.truncated)

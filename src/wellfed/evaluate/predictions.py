@@ -36,7 +36,8 @@ def predict(model, data: TokenFile, pad_id: int, device: torch.device, precision
             task: str = "single_label", logits: bool = False,
             desc: str = "predict") -> np.ndarray:
     """Every row's outputs (wellfed.tasks.outputs: class or label probabilities, regression
-    values), or with `logits` the logits themselves, in file order."""
+    values), or with `logits` the logits themselves, in file order. `desc` names the pass on
+    its progress bar (`evaluate: test`), shown on a terminal only and gone when done."""
     model.eval().to(device)
     spec = BatchSpec(global_batch=batch_rows, micro_rows=batch_rows, micro_tokens=batch_tokens,
                      pad_multiple=dev.pad_multiple(0, device))
@@ -46,7 +47,7 @@ def predict(model, data: TokenFile, pad_id: int, device: torch.device, precision
     probs = np.zeros((len(data), model.config.num_labels), np.float32)
     with torch.no_grad():
         for idx in tqdm(eval_batches(data.lengths, spec, 0), desc=desc, unit="batch",
-                        mininterval=1.0, leave=False):
+                        mininterval=1.0, leave=False, disable=None):
             host = collate(data, idx, pad_id, spec)
             batch = dev.to_device(host, device)
             with dev.autocast(device, precision):

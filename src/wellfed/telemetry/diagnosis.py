@@ -85,24 +85,37 @@ def diagnose(f: RunFigures) -> tuple[str, str, str]:
             "more or faster devices (ray.num_workers, a GPU), or bf16 where the device has it")
 
 
-def report(f: RunFigures) -> tuple[str, dict[str, float]]:
-    """Markdown diagnosis and its figures (data/train/diagnosis.json)."""
-    code, finding, knob = diagnose(f)
+def table(f: RunFigures) -> list[tuple[str, str]]:
+    """(figure, value) pairs of the diagnosis, in the order both forms show them."""
     util = "n/a (no GPU)" if f.device_util_pct is None else f"{f.device_util_pct:.0f}%"
     headroom = ("n/a (no GPU)" if f.memory_used_share is None
                 else f"{1 - f.memory_used_share:.0%}")
     waits = ", ".join(f"worker{w} {v:.1%}" for w, v in f.per_worker_wait.items())
     waits = f" ({waits})" if waits else ""
+    return [("input wait (share of step time)", f"{f.input_wait_share:.1%}{waits}"),
+            ("padding waste", f"{1 - f.padding_efficiency:.1%}"),
+            ("MFU (useful tokens)", f"{f.mfu:.1%}"),
+            ("device utilisation", util), ("memory headroom", headroom),
+            ("throughput", f"{f.samples_per_s:.1f} samples/s")]
+
+
+def report(f: RunFigures) -> tuple[str, dict[str, float]]:
+    """Markdown diagnosis and its figures (data/train/diagnosis.json)."""
+    code, finding, knob = diagnose(f)
+    rows = "".join(f"| {name} | {value} |\n" for name, value in table(f))
     text = (f"# wellfed diagnosis\n\n**Bottleneck: {finding}.** Knob: {knob}.\n\n"
-            "| figure | value |\n|---|---|\n"
-            f"| input wait (share of step time) | {f.input_wait_share:.1%}{waits} |\n"
-            f"| padding waste | {1 - f.padding_efficiency:.1%} |\n"
-            f"| MFU (useful tokens) | {f.mfu:.1%} |\n"
-            f"| device utilisation | {util} |\n| memory headroom | {headroom} |\n"
-            f"| throughput | {f.samples_per_s:.1f} samples/s |\n")
+            f"| figure | value |\n|---|---|\n{rows}")
     metrics = {"input_wait_share": f.input_wait_share, "padding_waste": 1 - f.padding_efficiency,
                "mfu": f.mfu, "samples_per_s": f.samples_per_s,
                "input_bound": float(code == "input")}
     if f.device_util_pct is not None:
         metrics["device_util_pct"] = f.device_util_pct
     return text, metrics
+
+
+def console(f: RunFigures) -> list[str]:
+    """The diagnosis for a console, as plain sentences (the Markdown stays in diagnosis.md):
+    the finding with its knob, then the figures."""
+    _, finding, knob = diagnose(f)
+    figures = ", ".join(f"{name} {value}" for name, value in table(f))
+    return [f"bottleneck: {finding}. Knob: {knob}.", f"diagnosis: {figures}"]

@@ -3,8 +3,10 @@ experiment name; and what must never reach MLflow (credentials)."""
 
 from __future__ import annotations
 
+import fnmatch
 import getpass
 import os
+import posixpath
 import re
 import subprocess
 import sys
@@ -25,6 +27,8 @@ def scrub(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def git_tags(root: Path) -> dict[str, str]:
+    """The commit, whether the code that ran is that commit's (`git.dirty`, and `git.changed`:
+    the files that differ), MLflow's source keys, and the DVC experiment's name."""
     def git(*args):
         try:
             return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
@@ -33,16 +37,58 @@ def git_tags(root: Path) -> dict[str, str]:
             return ""
 
     commit = git("rev-parse", "HEAD")
-    tags = {"git.commit": commit or "unknown",
-            "git.dirty": str(bool(git("status", "--porcelain", "--untracked-files=no"))).lower(),
+    changed = code_changes(git("diff", "--name-only", "--relative", "-z", "HEAD").split("\0"),
+                           pipeline_outputs(root))
+    tags = {"git.commit": commit or "unknown", "git.dirty": str(bool(changed)).lower(),
             # MLflow's own keys: the UI's Source and Created by columns read them.
             "mlflow.source.type": "LOCAL", "mlflow.source.name": "stages/train.py (dvc repro)",
             "mlflow.user": getpass.getuser()}
+    if changed:
+        more = f" and {len(changed) - SHOWN_CHANGES} more" if len(changed) > SHOWN_CHANGES else ""
+        tags["git.changed"] = ", ".join(changed[:SHOWN_CHANGES]) + more
     if commit:
         tags["mlflow.source.git.commit"] = commit
     if os.environ.get("DVC_EXP_NAME"):
         tags["dvc.exp_name"] = os.environ["DVC_EXP_NAME"]
     return tags
+
+
+SHOWN_CHANGES = 10  # git.changed names this many files, then counts the rest
+RUN_RECORDS = ("dvc.lock", "params.yaml")
+"""Tracked files that differ from the commit on every run without the code changing: DVC
+rewrites dvc.lock after each stage, and `dvc exp run -S` edits params.yaml, whose every value
+the run records as its params."""
+
+
+def pipeline_outputs(root: Path) -> list[str]:
+    """Every `outs`, `metrics` and `plots` path of root/dvc.yaml's stages, as globs (a
+    `foreach` stage's `${key}` matches anything): the files the stages rewrite before train."""
+    import yaml
+
+    try:
+        stages = yaml.safe_load((root / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        return []
+    found = []
+    for stage in stages.values():
+        stage = stage.get("do", stage) if isinstance(stage, dict) else {}
+        for kind in ("outs", "metrics", "plots"):
+            for entry in stage.get(kind) or []:
+                path = next(iter(entry)) if isinstance(entry, dict) else str(entry)
+                found.append(re.sub(r"\$\{[^}]*\}", "*", path).rstrip("/"))
+    return found
+
+
+def code_changes(paths: list[str], outputs: list[str]) -> list[str]:
+    """The changed `paths` (git's, relative to the root) that are not the pipeline's own
+    outputs (files, files under output folders, and the .gitignore DVC keeps beside each) nor
+    RUN_RECORDS."""
+    def output(path: str) -> bool:
+        return any(fnmatch.fnmatchcase(path, out) or path.startswith(out + "/")
+                   or path == posixpath.join(posixpath.dirname(out), ".gitignore")
+                   for out in outputs)
+
+    return [p for p in paths if p and p not in RUN_RECORDS and not output(p)]
 
 
 def library_versions() -> dict[str, str]:

@@ -56,7 +56,8 @@ class TrainJob:
     tokens_dir: Path
     """Folder holding train.arrow and validation.arrow (this node's copy)."""
     model_source: str
-    """Packaged default, local directory or Hub id, as resolved by the tokenize stage."""
+    """Packaged default, local directory or Hub id, resolved on the driver's machine
+    (`wellfed.model.resolve_source` of the model.name that data/tokens/meta.json keeps)."""
     labels: tuple[str, ...]
     """Class names in id order (regression: the target names)."""
     pad_id: int

@@ -1,0 +1,57 @@
+"""Two clones of one commit, at different paths, reproduce the same outputs: `dvc repro tokenize`
+records the same data/tokens hash in both dvc.lock files, so a team can share a DVC remote
+cache. The model is a folder inside the project, named by a relative path in params.yaml (the
+packaged default: tests/test_stages.py); train loads it from where this clone has it."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.e2e.pipeline import make_project, mlflow_runs, run
+
+pytestmark = pytest.mark.e2e
+
+
+def lock_hashes(project: Path) -> dict[str, str]:
+    """Output path -> md5 as the clone's dvc.lock records it."""
+    lock = yaml.safe_load((project / "dvc.lock").read_text())
+    return {out["path"]: out["md5"] for stage in lock["stages"].values()
+            for out in stage.get("outs", [])}
+
+
+def test_two_clones_of_one_commit_write_the_same_token_hash(tmp_path, tiny_model_dir):
+    origin = tmp_path / "origin"
+    origin.mkdir()
+    make_project(origin, {"model": {"name": "models/tiny", "init": "random"},
+                          "train": {"max_steps": 4, "global_batch_size": 16,
+                                    "micro_batch_size": 16, "eval_every": 4,
+                                    "checkpoint_every": 4},
+                          "ray": {"num_workers": 1, "cpus_per_worker": 1}},
+                 {"train.tsv": 120, "dev.tsv": 30, "test.tsv": 30})
+    shutil.copytree(tiny_model_dir, origin / "models" / "tiny")
+    run(["git", "add", "-A"], origin)
+    run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "-m", "model"],
+        origin)
+    clones = [tmp_path / "alice" / "wellfed", tmp_path / "bob" / "work" / "wellfed"]
+    for clone in clones:
+        clone.parent.mkdir(parents=True)
+        run(["git", "clone", "-q", str(origin), str(clone)], tmp_path)
+        run(["dvc", "repro", "tokenize"], clone)
+    # The data and its reports; data/reports/time/*.json say where each clone's seconds went.
+    data = ("data/prepared", "data/tokens", "data/reports/prepare.json", "data/reports/tokens.json")
+    hashes = [{path: lock_hashes(clone)[path] for path in data} for clone in clones]
+    assert hashes[0] == hashes[1], hashes
+    for clone in clones:
+        for path in (clone / "data" / "tokens").rglob("*"):
+            if path.is_file():
+                assert str(tmp_path).encode() not in path.read_bytes(), path
+    # Train resolves the relative name in its own clone, and reads git as the code's state.
+    run(["dvc", "repro", "train"], clones[1])
+    _, runs = mlflow_runs(clones[1])
+    tags = runs[-1].data.tags
+    assert tags["derived.model_source"] == str((clones[1] / "models" / "tiny").resolve())
+    assert tags["git.dirty"] == "false" and "git.changed" not in tags, tags
