@@ -1,0 +1,145 @@
+"""The planned step's flat gradient buffers (train/gradients.py): every trainable gradient is a
+view into them and stays one through backward, zeroing, AdamW and a planned step; the
+all-reduce gives each rank the mean of the ranks' gradients (two gloo processes on this CPU);
+a capture is kept only where every rank made one; setup refuses a DDP model or a world size
+the process group does not have."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from wellfed.config import TrainConfig
+from wellfed.telemetry.meter import StepMeter
+from wellfed.telemetry.peak import Peak
+from wellfed.train import gradients
+from wellfed.train.feeding import feed
+from wellfed.train.setup import planned_group, setup
+from wellfed.train.step import train_step
+
+from tests.train.test_graphs import planned_setup, task_file
+
+CPU = torch.device("cpu")
+
+
+def two_kinds() -> torch.nn.Module:
+    """Three layers: an fp32 one, a frozen one and a float64 one (two buffers)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 3),
+                                torch.nn.Linear(3, 2).double())
+    model[1].requires_grad_(False)
+    return model
+
+
+def forward(model, x):
+    return model[2](model[1](model[0](x)).double()).sum()
+
+
+def test_every_trainable_gradient_is_a_view_of_a_flat_buffer():
+    model = two_kinds()
+    model[0].bias.grad = torch.full((3,), 7.0)  # a gradient held before binding is kept
+    flat = gradients.bind(model)
+    assert not flat.shared and flat.world == 1
+    assert [b.dtype for b in flat.buffers] == [torch.float32, torch.float64]
+    assert [b.numel() for b in flat.buffers] == [4 * 3 + 3, 3 * 2 + 2]
+    assert len(flat.views) == 4 and model[1].weight.grad is None  # the frozen layer has none
+    assert gradients.bound(flat, model)
+    assert torch.equal(model[0].bias.grad, torch.full((3,), 7.0))
+    fp32 = next(b for b in flat.buffers if b.dtype == torch.float32)
+    assert model[0].weight.grad.data_ptr() == fp32.data_ptr()  # the buffer's storage itself
+
+
+def test_backward_adds_into_the_buffers_and_zeroing_keeps_them():
+    model = two_kinds()
+    flat = gradients.bind(model)
+    x = torch.randn(5, 4)
+    forward(model, x).backward()
+    once = [b.clone() for b in flat.buffers]
+    assert all(b.abs().sum() > 0 for b in once)
+    forward(model, x).backward()  # accumulates in place: twice the gradient
+    for b, first in zip(flat.buffers, once):
+        torch.testing.assert_close(b, 2 * first)
+    model.zero_grad(set_to_none=False)
+    assert gradients.bound(flat, model) and all(not b.any() for b in flat.buffers)
+    model.zero_grad(set_to_none=True)  # what the planned path never does: cut loose
+    assert not gradients.bound(flat, model)
+
+
+def test_a_planned_run_keeps_its_gradients_bound(tmp_path, tiny_model_dir):
+    """Fused AdamW, clipping, GradScaler's calls and zeroing in place over 6 planned steps."""
+    data = task_file(tmp_path / "t.arrow", "single_label", rows=300)
+    s = planned_setup(tiny_model_dir, data, "single_label", cuda_graphs="true")
+    flat = s.graphs.flat
+    assert flat is not None and not flat.shared and gradients.bound(flat, s.model)
+    meter = StepMeter(CPU, Peak(1e12, "test"), s.model.config)
+    before = torch.cat([b.clone() for b in flat.buffers])
+    for step, batches in itertools.islice(feed(s, data, tmp_path / "t.arrow", 0, epochs=3), 6):
+        train_step(s, step, batches, meter, data.lengths)
+    assert gradients.bound(flat, s.model) and s.graphs.updates == 6
+    assert not torch.cat(flat.buffers).any() and not before.any()  # zeroed after each update
+
+
+def test_setup_refuses_a_ddp_model_and_a_world_without_its_group(tmp_path, tiny_model_dir):
+    data = task_file(tmp_path / "t.arrow", "single_label", rows=60)
+    cfg = TrainConfig(global_batch_size=16, micro_batch_size=8, precision="fp32",
+                      cuda_graphs="true", max_shapes=2)
+    model = planned_setup(tiny_model_dir, data, "single_label", cuda_graphs="false").model
+    with pytest.raises(ValueError, match="process group has 1 rank"):
+        setup(cfg, model, len(data), CPU, world=2, lengths=data.lengths)
+    ddp = torch.nn.parallel.DistributedDataParallel.__new__(
+        torch.nn.parallel.DistributedDataParallel)  # the type is what is refused
+    with pytest.raises(ValueError, match="without DistributedDataParallel"):
+        planned_group(ddp, 1)
+
+
+def reduce_at_world_two(rank: int, store: str, out: str) -> None:
+    """One of two gloo ranks: bind (rank 0's weights broadcast), a backward on this rank's own
+    input, the all-reduce, and two agreements; writes what it saw to `out`.rank."""
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    try:
+        model = two_kinds()
+        if rank == 1:
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.add_(1.0)  # rank 1 starts elsewhere: bind takes rank 0's weights
+        flat = gradients.bind(model, dist.group.WORLD)
+        weights = [p.detach().clone() for p in model.parameters()]
+        torch.manual_seed(100 + rank)
+        forward(model, torch.randn(5, 4)).backward()
+        own = [b.clone() for b in flat.buffers]
+        gradients.all_reduce(flat)
+        torch.save({"weights": weights, "own": own, "reduced": [b.clone() for b in flat.buffers],
+                    "bound": gradients.bound(flat, model), "shared": flat.shared,
+                    "all_yes": gradients.agree(flat, True),
+                    "one_no": gradients.agree(flat, rank == 0)}, f"{out}.{rank}")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_the_all_reduce_gives_every_rank_the_mean_gradient(tmp_path):
+    mp.spawn(reduce_at_world_two, args=(str(tmp_path / "store"), str(tmp_path / "seen")),
+             nprocs=2)
+    seen = [torch.load(tmp_path / f"seen.{r}") for r in range(2)]
+    for a, b in zip(seen[0]["weights"], seen[1]["weights"]):
+        assert torch.equal(a, b)  # rank 0's weights on both
+    assert len(seen[0]["reduced"]) == 2
+    for i in range(2):
+        mean = (seen[0]["own"][i] + seen[1]["own"][i]) / 2
+        assert not torch.equal(seen[0]["own"][i], seen[1]["own"][i])  # different inputs
+        for r in range(2):
+            torch.testing.assert_close(seen[r]["reduced"][i], mean)
+    for r in range(2):
+        assert seen[r]["bound"] and seen[r]["shared"]
+        assert seen[r]["all_yes"] is True and seen[r]["one_no"] is False
+
+
+def test_one_rank_agrees_with_itself():
+    flat = gradients.bind(two_kinds())
+    assert gradients.agree(flat, True) is True and gradients.agree(flat, False) is False
+    before = [b.clone() for b in flat.buffers]
+    gradients.all_reduce(flat)  # no group: nothing to do
+    assert all(torch.equal(a, b) for a, b in zip(before, flat.buffers))
