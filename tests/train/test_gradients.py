@@ -7,12 +7,17 @@ the process group does not have."""
 from __future__ import annotations
 
 import itertools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
+from tests.train.test_graphs import planned_setup, task_file
 from wellfed.config import TrainConfig
 from wellfed.telemetry.meter import StepMeter
 from wellfed.telemetry.peak import Peak
@@ -20,8 +25,6 @@ from wellfed.train import gradients
 from wellfed.train.feeding import feed
 from wellfed.train.setup import planned_group, setup
 from wellfed.train.step import train_step
-
-from tests.train.test_graphs import planned_setup, task_file
 
 CPU = torch.device("cpu")
 
@@ -92,8 +95,34 @@ def test_setup_refuses_a_ddp_model_and_a_world_without_its_group(tmp_path, tiny_
         setup(cfg, model, len(data), CPU, world=2, lengths=data.lengths)
     ddp = torch.nn.parallel.DistributedDataParallel.__new__(
         torch.nn.parallel.DistributedDataParallel)  # the type is what is refused
-    with pytest.raises(ValueError, match="without DistributedDataParallel"):
+    with pytest.raises(TypeError, match="without DistributedDataParallel"):
         planned_group(ddp, 1)
+
+
+def run_ranks(target, world: int, *args, timeout: float = 300) -> None:
+    """`target(rank, *args)` in `world` fresh Python processes at once (subprocesses, not
+    multiprocessing: its resource tracker would stay behind as a child of the test process,
+    where tests/train/test_loop.py counts the loader processes); raises with a failed rank's
+    stderr tail."""
+    code = (f"import json, sys; from {target.__module__} import {target.__name__} as f; "
+            "f(int(sys.argv[1]), *json.loads(sys.argv[2]))")
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(root), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(rank), json.dumps(args)],
+                              cwd=root, env=env, stderr=subprocess.PIPE, text=True)
+             for rank in range(world)]
+    errors = []
+    for rank, proc in enumerate(procs):
+        try:
+            _, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            raise
+        if proc.returncode:
+            errors.append(f"rank {rank} exited {proc.returncode}: {err[-2000:]}")
+    assert not errors, "\n".join(errors)
 
 
 def reduce_at_world_two(rank: int, store: str, out: str) -> None:
@@ -121,8 +150,7 @@ def reduce_at_world_two(rank: int, store: str, out: str) -> None:
 
 
 def test_the_all_reduce_gives_every_rank_the_mean_gradient(tmp_path):
-    mp.spawn(reduce_at_world_two, args=(str(tmp_path / "store"), str(tmp_path / "seen")),
-             nprocs=2)
+    run_ranks(reduce_at_world_two, 2, str(tmp_path / "store"), str(tmp_path / "seen"))
     seen = [torch.load(tmp_path / f"seen.{r}") for r in range(2)]
     for a, b in zip(seen[0]["weights"], seen[1]["weights"]):
         assert torch.equal(a, b)  # rank 0's weights on both

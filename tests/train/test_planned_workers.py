@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from tests.conftest import random_token_files
+from tests.train.test_gradients import run_ranks
 
 pytestmark = pytest.mark.slow
 
@@ -41,11 +41,12 @@ def job_for(tokens: Path, model_dir: Path):
                     tokens_dir=tokens, model_source=str(model_dir), labels=("a", "b"), pad_id=0)
 
 
-def run_loop(rank: int, world: int, tokens: Path, model_dir: Path, out: Path) -> None:
+def run_loop(rank: int, world: int, tokens: str, model_dir: str, out: str) -> None:
     """One copy of the loop (what every Ray worker runs), writing its per-step losses, the
     step path it took and the final checkpoint's weights to `out`.rank."""
     from wellfed.train.loop import Place, train
 
+    tokens, model_dir = Path(tokens), Path(model_dir)
     torch.set_num_threads(1)
     if world > 1:
         dist.init_process_group("gloo", init_method=f"file://{out}.store", rank=rank,
@@ -86,8 +87,12 @@ def dropout_free(tiny_model_dir, tmp_path_factory) -> Path:
 def test_two_gloo_workers_learn_what_one_worker_learns(tmp_path, dropout_free):
     (tmp_path / "tokens").mkdir()
     tokens = random_token_files(tmp_path / "tokens", dropout_free)
-    run_loop(0, 1, tokens, dropout_free, tmp_path / "one")
-    mp.spawn(run_loop, args=(2, tokens, dropout_free, tmp_path / "two"), nprocs=2)
+    threads = torch.get_num_threads()
+    try:
+        run_loop(0, 1, str(tokens), str(dropout_free), str(tmp_path / "one"))
+    finally:
+        torch.set_num_threads(threads)
+    run_ranks(run_loop, 2, 2, str(tokens), str(dropout_free), str(tmp_path / "two"))
     one = torch.load(tmp_path / "one.0")
     two = [torch.load(tmp_path / f"two.{r}") for r in range(2)]
     assert one["path"] == two[0]["path"] == two[1]["path"] == "planned_eager"

@@ -152,10 +152,12 @@ def load(g: Graphs, host: dict, device: torch.device) -> tuple[tuple[int, int], 
 def forward_backward(s, buffers: dict) -> None:
     """One micro-batch: forward under autocast, row losses weighted (filler rows weigh 0) and
     normalised by the global batch's rows, backward into the gradients, loss added to the sum.
-    The same function runs eagerly, as a warm-up and under capture."""
+    The same function runs eagerly, as a warm-up and under capture; through s.compiled where
+    train/fusion.py compiled the model per shape."""
     g = s.graphs
+    model = s.model if s.compiled is None else s.compiled
     with dev.autocast(s.device, s.precision, cache=False):
-        logits = dev.forward_planned(s.model, buffers, g.full_mask)
+        logits = dev.forward_planned(model, buffers, g.full_mask)
     rows = tasks.row_loss(s.task, logits, buffers["labels"], s.loss_weights)
     loss = (rows * buffers["weights"]).sum() * g.scale
     s.scaler.scale(loss).backward()

@@ -119,8 +119,8 @@ def planned_group(model, world: int):
     """The process group the planned step all-reduces its gradients over (None: no group, one
     worker). It does that itself, so the model must come bare, not DDP-wrapped."""
     if isinstance(model, torch.nn.parallel.DistributedDataParallel):
-        raise ValueError("the planned step (train.cuda_graphs) all-reduces its own gradients: "
-                         "pass setup() the model without DistributedDataParallel")
+        raise TypeError("the planned step (train.cuda_graphs) all-reduces its own gradients: "
+                        "pass setup() the model without DistributedDataParallel")
     group = gradients.default_group()
     size = torch.distributed.get_world_size(group) if group is not None else 1
     if size != world:
