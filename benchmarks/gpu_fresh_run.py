@@ -148,7 +148,8 @@ def main(spec: dict) -> dict:
         warm["peak_source"] = peak.source
     values = torch.stack(losses).float().cpu().tolist()
     facts = {"device": name, "path": "cuda_graphs" if g.capture else "planned_eager",
-             "shapes": " ".join(f"{r}x{w}" for r, w in s.spec.shapes()), "micro_batch_tokens": s.spec.micro_tokens,
+             "shapes": " ".join(f"{r}x{w}" for r, w in s.spec.shapes()),
+             "micro_batch_tokens": s.spec.micro_tokens,
              "graphs_captured": len(g.micro) + (g.update is not None), "graph_replays": g.replays,
              "eager_micro_batches": g.eager, "capture_failed": g.failed,
              "all_reduce_in_graph": bool(g.flat.shared and g.update is not None),

@@ -90,7 +90,8 @@ def spec_for(base: dict, arrow: Path, pad: int, scratch: Path, case: str) -> dic
 
 
 class Child:
-    """One gpu_fresh_run.py process; its stdout read by a thread (a line queue), stderr to a file."""
+    """One gpu_fresh_run.py process: its stdout read by a thread into a line queue, its stderr
+    written to a file."""
 
     def __init__(self, spec: dict, log: Path):
         env = {**os.environ, "WELLFED_BENCH_T0": repr(time.time())}

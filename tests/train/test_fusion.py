@@ -56,7 +56,8 @@ def test_the_planned_step_runs_the_per_shape_compile(tmp_path, tiny_model_dir, m
     compiled = planned_setup(tiny_model_dir, data, "single_label", cuda_graphs="true")
     folder = fusion.compile_shapes(compiled, tmp_path / "cache", backend=counting)
     assert compiled.compiled is not None and folder.is_dir()
-    assert folder.parent == tmp_path / "cache" and os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(folder)
+    assert folder.parent == tmp_path / "cache"
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(folder)
     assert torch.compiler.config.recompile_limit >= len(compiled.spec.shapes()) + 1
     losses = planned_steps(compiled, data, tmp_path / "t.arrow", 8)
     after_8 = len(graphs_made)
