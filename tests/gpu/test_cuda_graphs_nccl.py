@@ -80,8 +80,9 @@ def test_no_host_sync_once_captured_with_the_all_reduce(tiny_model_dir, token_fi
 
 def test_a_capture_failure_with_a_group_updates_eagerly_and_learns_the_same(
         tiny_model_dir, token_file, monkeypatch, capsys, nccl):
-    """The ranks agree on the update's capture (one all-reduce MIN): a rank whose capture
-    failed makes every rank run the update, and its all-reduce, eagerly."""
+    """The update's capture is agreed over the group (one all-reduce MIN, here of one rank);
+    after a failed capture the run goes on with the same learning, its update and all-reduce
+    eager, or replayed where the update was captured before the failure."""
     from wellfed.train import graphs
 
     forward = graphs.forward_backward
@@ -95,7 +96,7 @@ def test_a_capture_failure_with_a_group_updates_eagerly_and_learns_the_same(
     fallen = run(tiny_model_dir, token_file, dropout=False)
     monkeypatch.setattr(graphs, "forward_backward", forward)
     g = fallen[0].graphs
-    assert g.failed and g.update is None and g.flat.shared
+    assert g.failed and not g.micro and g.flat.shared
     assert "CUDA graph capture failed" in capsys.readouterr().out
     eager = run(tiny_model_dir, token_file, capture=False, dropout=False)
     assert_same_learning(fallen, eager, 1e-3, 1e-3)

@@ -1,11 +1,12 @@
 """The planned step's flat gradient buffers (train/gradients.py): every trainable gradient is a
 view into them and stays one through backward, zeroing, AdamW and a planned step; the
 all-reduce gives each rank the mean of the ranks' gradients (two gloo processes on this CPU);
-a capture is kept only where every rank made one; setup refuses a DDP model or a world size
-the process group does not have."""
+the update's capture is kept only where every rank made one (graphs.update); setup refuses a
+DDP model or a world size the process group does not have."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -144,9 +145,43 @@ def reduce_at_world_two(rank: int, store: str, out: str) -> None:
         torch.save({"weights": weights, "own": own, "reduced": [b.clone() for b in flat.buffers],
                     "bound": gradients.bound(flat, model), "shared": flat.shared,
                     "all_yes": gradients.agree(flat, True),
-                    "one_no": gradients.agree(flat, rank == 0)}, f"{out}.{rank}")
+                    "one_no": gradients.agree(flat, rank == 0),
+                    "kept": [captured_update(model, flat, rank, made) is not None
+                             for made in ((0, 1), (0,))]}, f"{out}.{rank}")
     finally:
         dist.destroy_process_group()
+
+
+def captured_update(model, flat, rank: int, made: tuple[int, ...]):
+    """graphs.update at its capture step, with graphs.captured planted: ranks in `made` return a
+    graph, the others fail. Returns the update graph this rank kept."""
+    from types import SimpleNamespace
+
+    from wellfed.train import graphs
+
+    class Graph:  # what a capture returns; a replay runs the update eagerly here
+        def __init__(self, work):
+            self.work = work
+
+        def replay(self):
+            self.work()
+
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    zero = {name: torch.zeros(()) for name in ("loss", "scale", "norm")}
+    g = graphs.Graphs(capture=True, full_mask=False, flat=flat, updates=1, **zero)
+    s = SimpleNamespace(graphs=g, device=CPU, optimizer=optimizer,
+                        scaler=torch.amp.GradScaler("cpu", enabled=False),
+                        scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0))
+    meter = SimpleNamespace(computing=contextlib.nullcontext)
+
+    def eager_update(s_, set_to_none):
+        s_.optimizer.step()
+        return torch.ones(()), 0.0
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(graphs, "captured", lambda g_, work: Graph(work) if rank in made else None)
+        graphs.update(s, meter, eager_update)
+    return g.update
 
 
 def test_the_all_reduce_gives_every_rank_the_mean_gradient(tmp_path):
@@ -163,6 +198,8 @@ def test_the_all_reduce_gives_every_rank_the_mean_gradient(tmp_path):
     for r in range(2):
         assert seen[r]["bound"] and seen[r]["shared"]
         assert seen[r]["all_yes"] is True and seen[r]["one_no"] is False
+        # both captured: both keep the update graph; only rank 0 did: neither keeps it
+        assert seen[r]["kept"] == [True, False]
 
 
 def test_one_rank_agrees_with_itself():
