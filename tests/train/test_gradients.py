@@ -146,15 +146,18 @@ def reduce_at_world_two(rank: int, store: str, out: str) -> None:
                     "bound": gradients.bound(flat, model), "shared": flat.shared,
                     "all_yes": gradients.agree(flat, True),
                     "one_no": gradients.agree(flat, rank == 0),
-                    "kept": [captured_update(model, flat, rank, made) is not None
-                             for made in ((0, 1), (0,))]}, f"{out}.{rank}")
+                    "kept": [captured_update(model, flat, rank, made, capturing) is not None
+                             for made, capturing in (((0, 1), (0, 1)), ((0,), (0, 1)),
+                                                     ((0, 1), (0,)))]}, f"{out}.{rank}")
     finally:
         dist.destroy_process_group()
 
 
-def captured_update(model, flat, rank: int, made: tuple[int, ...]):
+def captured_update(model, flat, rank: int, made: tuple[int, ...],
+                    capturing: tuple[int, ...]):
     """graphs.update at its capture step, with graphs.captured planted: ranks in `made` return a
-    graph, the others fail. Returns the update graph this rank kept."""
+    graph, the others fail; ranks not in `capturing` had a capture fail before (g.capture off),
+    and then no rank may try. Returns the update graph this rank kept."""
     from types import SimpleNamespace
 
     from wellfed.train import graphs
@@ -168,7 +171,7 @@ def captured_update(model, flat, rank: int, made: tuple[int, ...]):
 
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     zero = {name: torch.zeros(()) for name in ("loss", "scale", "norm")}
-    g = graphs.Graphs(capture=True, full_mask=False, flat=flat, updates=1, **zero)
+    g = graphs.Graphs(capture=rank in capturing, full_mask=False, flat=flat, updates=1, **zero)
     s = SimpleNamespace(graphs=g, device=CPU, optimizer=optimizer,
                         scaler=torch.amp.GradScaler("cpu", enabled=False),
                         scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0))
@@ -178,8 +181,12 @@ def captured_update(model, flat, rank: int, made: tuple[int, ...]):
         s_.optimizer.step()
         return torch.ones(()), 0.0
 
+    def planted(g_, work):
+        assert len(capturing) == 2, "a capture tried while another rank had stopped capturing"
+        return Graph(work) if rank in made else None
+
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(graphs, "captured", lambda g_, work: Graph(work) if rank in made else None)
+        mp.setattr(graphs, "captured", planted)
         graphs.update(s, meter, eager_update)
     return g.update
 
@@ -198,8 +205,9 @@ def test_the_all_reduce_gives_every_rank_the_mean_gradient(tmp_path):
     for r in range(2):
         assert seen[r]["bound"] and seen[r]["shared"]
         assert seen[r]["all_yes"] is True and seen[r]["one_no"] is False
-        # both captured: both keep the update graph; only rank 0 did: neither keeps it
-        assert seen[r]["kept"] == [True, False]
+        # both captured: both keep the update graph; only rank 0 did: neither keeps it; rank
+        # 1 had stopped capturing: neither tries
+        assert seen[r]["kept"] == [True, False, False]
 
 
 def test_one_rank_agrees_with_itself():

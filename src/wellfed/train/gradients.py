@@ -101,9 +101,10 @@ def all_reduce(flat: FlatGradients | None) -> None:
 
 
 def agree(flat: FlatGradients, ok: bool) -> bool:
-    """Whether `ok` holds on every rank (an all-reduce MIN, read on the host: once per capture).
-    NCCL requires a captured collective to be captured on every rank of its communicator, so a
-    rank keeps its captured update only when every rank captured its own."""
+    """Whether `ok` holds on every rank (an all-reduce MIN, read on the host: twice per run, at
+    the update's capture). NCCL requires a captured collective to be captured on every rank of
+    its communicator, so the ranks capture the update only when all are still capturing, and
+    keep it only when all captured theirs."""
     if not flat.shared:
         return ok
     flag = torch.tensor([int(ok)], dtype=torch.int32, device=flat.buffers[0].device

@@ -268,9 +268,12 @@ def update(s, meter, eager_update) -> tuple[torch.Tensor, torch.Tensor]:
 
     with meter.computing():
         if g.update is None and g.updates == g.update_at and not s.scaler.is_enabled():
-            graph = (captured(g, lambda: g.norm.copy_(reduce_and_update()[0])) if g.capture
-                     else None)
-            # Every rank reaches this step: each keeps its capture only if all captured.
+            # Every rank reaches this step. Under a group, a rank captures only if every rank is
+            # still capturing (a failed micro-batch capture stops one rank's), and keeps its
+            # capture only if every rank made one: NCCL wants a captured collective captured
+            # on all of its ranks. Without one, agree() returns what it is given.
+            go = gradients.agree(g.flat, g.capture) if g.flat is not None else g.capture
+            graph = captured(g, lambda: g.norm.copy_(reduce_and_update()[0])) if go else None
             if g.flat is not None and not gradients.agree(g.flat, graph is not None):
                 graph = None
             g.update = graph
