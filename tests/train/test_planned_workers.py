@@ -5,9 +5,8 @@ learns from the same global batches: the same per-step losses over 30 steps and 
 final weights, to fp32 rounding. The CUDA side (the all-reduce captured in the update graph,
 NCCL) is tests/gpu/test_cuda_graphs_nccl.py.
 
-12-19 s on 2 busy cores (two fresh processes import torch and transformers), more on a
-busier machine: the slow tier. The fast tier's tests/train/test_gradients.py checks the
-all-reduce itself in two gloo processes.
+9-19 s on this 2-core machine as its load varied (two fresh processes import torch and
+transformers): under the slow tier's ~20 s, so it runs in the fast tier.
 """
 
 from __future__ import annotations
@@ -21,8 +20,6 @@ import torch.distributed as dist
 
 from tests.conftest import random_token_files
 from tests.train.test_gradients import run_ranks
-
-pytestmark = pytest.mark.slow
 
 STEPS = 30
 
