@@ -147,7 +147,8 @@ def test_an_out_of_memory_halving_starts_the_shapes_afresh(tmp_path, tiny_model_
 @pytest.mark.parametrize("flag,device,world,compile,path", [
     ("auto", "cpu", 1, False, "dynamic"), ("true", "cpu", 1, False, "planned"),
     ("false", "cuda", 1, False, "dynamic"), ("auto", "cuda", 1, False, "graphs"),
-    ("true", "cuda", 1, False, "graphs"), ("auto", "cuda", 2, False, "planned"),
+    ("true", "cuda", 1, False, "graphs"), ("auto", "cuda", 2, False, "graphs"),
+    ("true", "cpu", 2, False, "planned"),
     ("auto", "cuda", 1, True, "dynamic")])
 def test_cuda_graphs_flag_picks_the_path_it_says(flag, device, world, compile, path):
     chosen, why = graphs.choose(TrainConfig(cuda_graphs=flag, compile=compile),

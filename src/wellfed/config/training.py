@@ -123,11 +123,12 @@ class TrainConfig:
     attention mask is always passed, so unpadded batches reuse it). H100, BERT-base, bf16:
     1.38x real tokens/s at batch 32 and 1.27x at 256; a fresh process compiled for 84 s."""
     cuda_graphs: Literal["auto", "true", "false"] = "auto"
-    """auto = on a CUDA GPU with one worker, every micro-batch is padded to one of a few planned
-    shapes (max_shapes) and each shape's forward + backward, and the update, are replayed as
-    CUDA graphs (captured at their second use; a capture error falls back to the same shapes
-    run eagerly); off on CPU, under train.compile, and eager-with-shapes under DDP. true = the
-    same, and on a CPU the shape plan runs eagerly; false = per-batch widths, eager."""
+    """auto = on a CUDA GPU, every micro-batch is padded to one of a few planned shapes
+    (max_shapes) and each shape's forward + backward, and the update, are replayed as CUDA
+    graphs (captured at their second use; a capture error falls back to the same shapes run
+    eagerly); with several workers the update's graph begins with the gradient all-reduce (no
+    DDP on this path); off on CPU and under train.compile. true = the same, and on a CPU the
+    shape plan runs eagerly; false = per-batch widths, eager, DDP under several workers."""
     max_shapes: int = 16
     """Most (rows, width) shapes of the CUDA graph path, widths chosen from the train lengths to
     pad least: SST-2's train split computes 0.84 real tokens per token with 8, 0.92 with 16."""

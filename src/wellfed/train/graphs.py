@@ -9,7 +9,11 @@ gradients) another, so a step is a few graph launches. The first micro-batch of 
 eagerly (its warm-up: lazy initialisation, attention plans) on the capture stream; the next one
 of that shape is captured and replayed; the update is captured at the second step. Every
 micro-batch is computed once, eager or replayed, by the same function: a run that cannot
-capture (a capture error, DDP, a CPU) runs the same plan eagerly and learns the same.
+capture (a capture error, a CPU) runs the same plan eagerly and learns the same.
+
+Under several workers the micro-batch graphs hold no communication: the update graph begins
+with one all-reduce of the flat gradient buffer (train/gradients.py, which says why not DDP),
+and every rank captures it at the same step or none keeps it.
 
 Graphs share one memory pool and are replayed in any order: each writes only temporaries of its
 own there and its results into tensors allocated outside the pool (gradients, the loss sum, the
@@ -29,6 +33,7 @@ import torch
 from wellfed import device as dev
 from wellfed import tasks
 from wellfed.config import TrainConfig
+from wellfed.train import gradients
 from wellfed.train.checkpoint import unwrap
 
 
@@ -46,8 +51,8 @@ def choose(cfg: TrainConfig, device: torch.device, world: int) -> tuple[str, str
         return "dynamic", ("auto: CPU, where per-batch widths pad less and the host launches "
                            "kernels faster than it computes them")
     if world > 1:
-        return "planned", (f"{world} DDP workers: the shape plan runs eagerly (capturing DDP's "
-                           "gradient all-reduce is not yet tested on a multi-GPU machine)")
+        return "graphs", (f"{cfg.cuda_graphs}: CUDA, {world} workers (gradients all-reduced "
+                          "once per step inside the update graph)")
     return "graphs", f"{cfg.cuda_graphs}: CUDA, one worker"
 
 
@@ -56,7 +61,7 @@ class Graphs:
     """A run's static buffers, graphs and their counts."""
 
     capture: bool
-    """Capture and replay (CUDA, one worker, no capture has failed); else run eagerly."""
+    """Capture and replay (CUDA, no capture has failed); else run eagerly."""
     full_mask: bool
     """Pass the attention mask as a prepared 4-D boolean mask (transformers uses it as it is,
     without reading it on the host to see whether it could be dropped: a sync per forward)."""
@@ -72,8 +77,14 @@ class Graphs:
     micro: dict = field(default_factory=dict)
     """(rows, width) -> the captured forward + backward of that shape."""
     warm: set = field(default_factory=set)
+    flat: gradients.FlatGradients | None = None
+    """The gradients as views of flat buffers and the group they are all-reduced over; None =
+    the model's own gradients, one worker."""
     update: torch.cuda.CUDAGraph | None = None
     updates: int = 0
+    update_at: int = 1
+    """The update is captured when `updates` equals this: at the second step, once AdamW has
+    made its state (its first step allocates it); at the next one after a reset."""
     pool: object = None
     capture_s: float = 0.0
     replays: int = 0
@@ -81,10 +92,14 @@ class Graphs:
     failed: str = ""
 
 
-def create(model, device: torch.device, capture: bool) -> Graphs:
+def create(model, device: torch.device, capture: bool, group=None) -> Graphs:
+    """The buffers of `model`'s planned step; `group` (a process group, or None) is what its
+    gradients are all-reduced over. Binds the gradients to flat buffers (gradients.bind), so
+    nothing may set them to None afterwards."""
     zeros = {name: torch.zeros((), device=device) for name in ("loss", "scale", "norm")}
     return Graphs(capture=capture, full_mask=takes_4d_mask(model, device),
-                  stream=torch.cuda.Stream(device) if capture else None, **zeros)
+                  stream=torch.cuda.Stream(device) if capture else None,
+                  flat=gradients.bind(model, group), **zeros)
 
 
 def takes_4d_mask(model, device: torch.device) -> bool:
@@ -137,19 +152,20 @@ def load(g: Graphs, host: dict, device: torch.device) -> tuple[tuple[int, int], 
 def forward_backward(s, buffers: dict) -> None:
     """One micro-batch: forward under autocast, row losses weighted (filler rows weigh 0) and
     normalised by the global batch's rows, backward into the gradients, loss added to the sum.
-    The same function runs eagerly, as a warm-up and under capture."""
+    The same function runs eagerly, as a warm-up and under capture; through s.compiled where
+    train/fusion.py compiled the model per shape."""
     g = s.graphs
+    model = s.model if s.compiled is None else s.compiled
     with dev.autocast(s.device, s.precision, cache=False):
-        logits = dev.forward_planned(s.model, buffers, g.full_mask)
+        logits = dev.forward_planned(model, buffers, g.full_mask)
     rows = tasks.row_loss(s.task, logits, buffers["labels"], s.loss_weights)
     loss = (rows * buffers["weights"]).sum() * g.scale
     s.scaler.scale(loss).backward()
     g.loss.add_(loss.detach())
 
 
-def run(s, key: tuple[int, int], buffers: dict, last: bool) -> None:
-    """Replay the shape's graph; capture it at its second micro-batch; else run it eagerly
-    (under DDP, without the gradient all-reduce until the step's last micro-batch)."""
+def run(s, key: tuple[int, int], buffers: dict) -> None:
+    """Replay the shape's graph; capture it at its second micro-batch; else run it eagerly."""
     g = s.graphs
     if key in g.micro:
         g.micro[key].replay()
@@ -162,9 +178,7 @@ def run(s, key: tuple[int, int], buffers: dict, last: bool) -> None:
             graph.replay()
             g.replays += 1
             return
-    no_sync = contextlib.nullcontext() if last else getattr(s.model, "no_sync",
-                                                            contextlib.nullcontext)()
-    with side_stream(g), no_sync:
+    with side_stream(g):
         forward_backward(s, buffers)
     g.warm.add(key)
     g.eager += 1
@@ -199,8 +213,9 @@ def captured(g: Graphs, work) -> torch.cuda.CUDAGraph | None:
     except Exception as err:  # noqa: BLE001 - any capture failure falls back to eager
         rng_out_of_capture()
         g.capture, g.failed = False, f"{type(err).__name__}: {str(err).splitlines()[0][:160]}"
+        # A captured update stays: it draws no random numbers and its tensors stay allocated,
+        # and under several workers every rank must go on replaying its captured all-reduce.
         g.micro.clear()
-        g.update = None
         print(f"[wellfed] WARNING: CUDA graph capture failed ({g.failed}); the run continues "
               "eagerly with the same shapes (set train.cuda_graphs: false to skip capturing)",
               flush=True)
@@ -225,7 +240,7 @@ def accumulate(s, step, batches, meter, lengths: np.ndarray) -> torch.Tensor:
     g = s.graphs
     g.scale.fill_(s.world / step.global_rows)  # a fill kernel: no host sync
     rows_n = real = padded = 0
-    for i, idx in enumerate(step.micro):
+    for idx in step.micro:
         with meter.waiting():
             host = next(batches)
         with meter.copying():
@@ -233,7 +248,7 @@ def accumulate(s, step, batches, meter, lengths: np.ndarray) -> torch.Tensor:
         rows_n, real = rows_n + len(idx), real + int(lengths[idx].sum())
         padded += key[0] * key[1]
         with meter.computing():
-            run(s, key, buffers, last=i == len(step.micro) - 1)
+            run(s, key, buffers)
     meter.count(rows_n, real, padded)
     loss = g.loss.clone()
     g.loss.zero_()
@@ -241,18 +256,32 @@ def accumulate(s, step, batches, meter, lengths: np.ndarray) -> torch.Tensor:
 
 
 def update(s, meter, eager_update) -> tuple[torch.Tensor, torch.Tensor]:
-    """Clip, step and zero (gradients kept allocated): replayed once captured at the second
-    step; fp16's GradScaler (which reads its overflow flag on the host) always runs eagerly.
-    Returns (gradient norm, skipped flag) as fresh device tensors."""
+    """All-reduce the gradients (several workers), clip, step and zero them (kept allocated):
+    replayed once captured at step `update_at`; fp16's GradScaler (which reads its overflow
+    flag on the host) always runs eagerly. Returns (gradient norm, skipped flag) as fresh
+    device tensors."""
     g = s.graphs
+
+    def reduce_and_update():
+        gradients.all_reduce(g.flat)
+        return eager_update(s, set_to_none=False)
+
     with meter.computing():
-        if g.update is None and g.capture and g.updates >= 1 and not s.scaler.is_enabled():
-            g.update = captured(g, lambda: g.norm.copy_(eager_update(s, set_to_none=False)[0]))
+        if g.update is None and g.updates == g.update_at and not s.scaler.is_enabled():
+            # Every rank reaches this step. Under a group, a rank captures only if every rank is
+            # still capturing (a failed micro-batch capture stops one rank's), and keeps its
+            # capture only if every rank made one: NCCL wants a captured collective captured
+            # on all of its ranks. Without one, agree() returns what it is given.
+            go = gradients.agree(g.flat, g.capture) if g.flat is not None else g.capture
+            graph = captured(g, lambda: g.norm.copy_(reduce_and_update()[0])) if go else None
+            if g.flat is not None and not gradients.agree(g.flat, graph is not None):
+                graph = None
+            g.update = graph
         if g.update is not None:
             g.update.replay()
             skipped = 0.0
         else:
-            norm, skipped = eager_update(s, set_to_none=False)
+            norm, skipped = reduce_and_update()
             g.norm.copy_(norm)
         g.updates += 1
         s.scheduler.step()
@@ -266,6 +295,7 @@ def reset(g: Graphs) -> None:
     g.buffers.clear()
     g.warm.clear()
     g.update, g.pool = None, None
+    g.update_at = max(g.updates, 1)  # the next update is captured again, AdamW's state made
     g.loss.zero_()
 
 

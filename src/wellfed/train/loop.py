@@ -150,8 +150,10 @@ def train(job: TrainJob, place: Place, report: Report, *, resume: Path | None = 
     train_data = TokenFile(job.tokens_dir / "train.arrow")
     val_data = TokenFile(job.tokens_dir / "validation.arrow")
     torch.manual_seed(cfg.seed)  # identical head init on every rank
-    model = wrap(load_model(job.model, job.model_source, list(job.labels), job.pad_id,
-                            announce=place.rank == 0, task=job.task).to(device))
+    model = load_model(job.model, job.model_source, list(job.labels), job.pad_id,
+                       announce=place.rank == 0, task=job.task).to(device)
+    if graphs.choose(cfg, device, place.world)[0] == "dynamic":
+        model = wrap(model)  # the planned step all-reduces its own gradients: no DDP there
     s = setup(cfg, model, len(train_data), device, place.world, job.task,
               tasks.loss_weights(job.task, cfg.class_weights, train_data.labels, list(job.labels)),
               lengths=train_data.lengths)

@@ -13,7 +13,7 @@ from wellfed import device as dev
 from wellfed.config import TrainConfig
 from wellfed.data import shapes
 from wellfed.data.batching import BatchSpec, steps_per_epoch
-from wellfed.train import autobatch, graphs
+from wellfed.train import autobatch, gradients, graphs
 
 
 @dataclass
@@ -97,11 +97,12 @@ def setup(cfg: TrainConfig, model, n_rows: int, device: torch.device, world: int
         spec = shapes.plan(lengths, spec, cfg.max_shapes)
         # After the scheduler is made (its base rates stay floats: no step reads one back).
         graphs.use_device_lr(optimizer, device)
-        planned = graphs.create(model, device, capture=path == "graphs")
     tokens, note = autobatch.choose(cfg.micro_batch_tokens, model, device, precision, lengths,
                                     spec)
     spec = dataclasses.replace(spec, micro_tokens=tokens)
-    if planned is not None:
+    if path != "dynamic":  # after the probe, which sets the gradients to None
+        planned = graphs.create(model, device, capture=path == "graphs",
+                                group=planned_group(model, world))
         why = f"{why}; {shapes.describe(lengths, spec)}"
     # dynamic=None is torch.compile's automatic dynamic shapes: the first shape compiles a static
     # graph, the first change of rows or width recompiles once with those sizes symbolic, and
@@ -112,6 +113,20 @@ def setup(cfg: TrainConfig, model, n_rows: int, device: torch.device, world: int
                  spec, steps, device, world, cfg.max_grad_norm, task,
                  None if loss_weights is None else loss_weights.to(device), compiled, note,
                  graphs=planned, path_note=why)
+
+
+def planned_group(model, world: int):
+    """The process group the planned step all-reduces its gradients over (None: no group, one
+    worker). It does that itself, so the model must come bare, not DDP-wrapped."""
+    if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        raise TypeError("the planned step (train.cuda_graphs) all-reduces its own gradients: "
+                        "pass setup() the model without DistributedDataParallel")
+    group = gradients.default_group()
+    size = torch.distributed.get_world_size(group) if group is not None else 1
+    if size != world:
+        raise ValueError(f"setup(world={world}) but the process group has {size} rank(s): "
+                         "initialise torch.distributed with every worker first")
+    return group
 
 
 def learning_rate(s: Setup) -> float:
