@@ -53,7 +53,7 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir, *, budget):
             text, figures = reports.write_reports(history, uri, run_id, out, data_cfg, train_cfg)
         for line in diagnosis.console(figures):  # as text; diagnosis.md keeps the Markdown
             print(f"[wellfed] {line}")
-        metrics = reports.summarize(history, seconds, figures, trained.best)
+        metrics = reports.summarize(history, seconds, figures, trained.best, trained.chosen.step)
         write_json(out / "metrics.json", metrics)  # the DVC metrics: headline only, MLflow's names
         try:  # a model MLflow could not take must not cost the training: data/model holds it
             with clock("mlflow model + registry"):

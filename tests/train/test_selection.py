@@ -108,9 +108,16 @@ def test_best_is_checkpointed_kept_by_ray_and_exported(job, tmp_path, monkeypatc
     weights = exported_weights(tmp_path / "model")
     assert same(weights, sink.weights[8]) and not same(weights, sink.weights[16])
     assert (tmp_path / "model" / "tokenizer.json").is_file()
-    assert reports.summarize(history, 1.0, SimpleNamespace(
+    # The DVC metrics' val/* are the exported step-8 model's; the last validation (step 16)
+    # stays beside them as val_last/* (before: val/macro_f1 0.7 beside a model that scored 0.8).
+    summary = reports.summarize(history, 1.0, SimpleNamespace(
         real_tokens_per_s=1, padding_efficiency=1, input_wait_share=0, mfu=0),
-        trained.best)["train/best_step"] == 8
+        trained.best, trained.chosen.step)
+    assert summary["train/best_step"] == 8 and summary["val/macro_f1"] == 0.8
+    assert summary["val_last/macro_f1"] == 0.7
+    assert sorted(k for k in summary if k.startswith("val")) == [
+        "val/accuracy", "val/loss", "val/macro_f1", "val_last/accuracy", "val_last/loss",
+        "val_last/macro_f1"]
 
 
 def test_select_last_exports_the_final_step_as_before(job, tmp_path, monkeypatch):
@@ -121,8 +128,12 @@ def test_select_last_exports_the_final_step_as_before(job, tmp_path, monkeypatch
     assert sorted(sink.weights) == [16] and state.best.step == 8  # still recorded
     trained = driver.choose(sink.store, last)
     assert trained.chosen == trained.last
-    export.weights(trained, job.tokens_dir, tmp_path / "model", "", "")
+    history = export.weights(trained, job.tokens_dir, tmp_path / "model", "", "")
     assert same(exported_weights(tmp_path / "model"), sink.weights[16])
+    summary = reports.summarize(history, 1.0, SimpleNamespace(
+        real_tokens_per_s=1, padding_efficiency=1, input_wait_share=0, mfu=0),
+        trained.best, trained.chosen.step)  # the last is the model: no val_last/*
+    assert summary["val/macro_f1"] == 0.7 and not any(k.startswith("val_last/") for k in summary)
 
 
 def test_val_loss_selects_the_minimum(job, tmp_path, monkeypatch):

@@ -10,14 +10,23 @@ from wellfed.outputs import atomic_path, write_json
 from wellfed.track import tracking
 
 
-def summarize(history: list[dict], seconds: float, figures, best=None) -> dict:
-    """The train stage's headline figures, under the names MLflow shows them by: the last
-    validation (`val/*`, whose latest MLflow value is the same number), the step of the best
-    one (`train/best_step`, from the `best` record), the run's training wall time over all its
-    processes and its rows, and the run's means over report intervals from the diagnosis
-    `figures` (a `RunFigures`). Aggregations: docs/compare.md, "Headline metrics"."""
+def summarize(history: list[dict], seconds: float, figures, best=None,
+              model_step: int | None = None) -> dict:
+    """The train stage's headline figures, under the names MLflow shows them by: the exported
+    model's validation (`val/*`, the validation at `model_step`: with train.select: best the best
+    one, so `dvc exp show` ranks experiments by the models they exported), the last validation
+    as `val_last/*` when it was another step (MLflow keeps every validation at its step), the
+    step of the best one (`train/best_step`, from the `best` record), the run's training wall
+    time over all its processes and its rows, and the run's means over report intervals from
+    the diagnosis `figures` (a `RunFigures`). Aggregations: docs/compare.md, "Headline
+    metrics"."""
     evals = [h for h in history if "val/loss" in h]
-    out = {k: v for k, v in evals[-1].items() if k.startswith("val/")} if evals else {}
+    model = next((h for h in evals if h["step"] == model_step), None) if model_step else None
+    model = model or (evals[-1] if evals else None)  # no step given: the last, as exported
+    out = {k: v for k, v in model.items() if k.startswith("val/")} if model else {}
+    if model is not None and evals[-1] is not model:
+        out.update({f"val_last/{k.removeprefix('val/')}": v for k, v in evals[-1].items()
+                    if k.startswith("val/")})
     if best is not None and best.step:  # a train/state.py Best
         out["train/best_step"] = best.step
     return {**out, "train/seconds": round(seconds, 1),
