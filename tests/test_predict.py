@@ -37,7 +37,7 @@ def test_a_headerless_tsv_gives_the_same_predictions_in_input_order_whatever_the
     one = pd.read_parquet(tmp_path / "one.parquet")
     many = pd.read_csv(tmp_path / "many.csv")
     assert one["row"].tolist() == many["row"].tolist() == list(range(18))
-    assert list(one.columns) == ["row", "label", "score", "prob_no", "prob_yes"]
+    assert list(one.columns) == ["row", "label", "score", "prob_no", "prob_yes", "truncated"]
     np.testing.assert_allclose(one["prob_yes"], many["prob_yes"], rtol=1e-5)
     direct = serving.predict(serving.load(pair_model), pd.DataFrame(
         {"premise": [a for a, _ in (ln.rstrip("\n").split("\t") for ln in lines)],
@@ -117,3 +117,63 @@ def test_predict_params_collect_every_problem_in_one_error(tmp_path):
     (cfg,) = load_params(params, "predict")
     assert cfg.inputs == {"new-pairs": "data/new.tsv"} and PredictConfig().inputs == {}
     assert cfg.text_columns() == ["premise", "hypothesis"] and PredictConfig().text_columns() == []
+
+
+def test_long_rows_are_flagged_and_counted(tmp_path, tiny_model_dir, capsys):
+    model = save_model(tiny_model_dir, tmp_path / "m16", ["no", "yes"],
+                       "single_label_classification", {"max_length": 16})
+    source = tmp_path / "new.jsonl"
+    rows = ["fine", "long " * 20_000, "ok", "word " * 15]  # 100,000 characters; 17 tokens
+    source.write_text("".join(f'{{"sentence": "{t}"}}\n' for t in rows), encoding="utf-8")
+    assert predict_file(model, source, tmp_path / "out.parquet") == 4
+    assert pd.read_parquet(tmp_path / "out.parquet")["truncated"].tolist() == [False, True,
+                                                                               False, True]
+    assert (f"[wellfed] predict: 2 of 4 rows (50.0%) were longer than 16 tokens and were cut "
+            f"to it; those rows are flagged in {tmp_path / 'out.parquet'}'s 'truncated' column"
+            ) in capsys.readouterr().out
+
+
+def test_a_registry_uri_predicts_with_that_version(tmp_path, monkeypatch, pair_model):
+    """models:/<name>@<alias> in the store of the current folder (or $MLFLOW_TRACKING_URI)."""
+    import mlflow
+
+    from wellfed.track import tracking
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    source = tmp_path / "new.tsv"
+    source.write_text("premise\thypothesis\nA man sleeps.\tA man rests.\nA dog.\tA cat.\n")
+
+    def cli(model: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "wellfed.use.predict", model, str(source),
+                               str(tmp_path / "out.csv")], capture_output=True, text=True,
+                              timeout=300, cwd=tmp_path)
+
+    proc = cli("models:/demo@champion")  # no store here yet: one line, and no store made
+    assert proc.returncode == 1 and proc.stderr.strip() == (
+        f"error: models:/demo@champion: no MLflow store at sqlite:///{tmp_path}/mlflow.db; run "
+        "the pipeline here (`dvc repro`) or set MLFLOW_TRACKING_URI to the store that "
+        "registered it"), proc.stderr
+    assert not (tmp_path / "mlflow.db").exists()
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run_id = tracking.start_run(uri, "demo", "r")
+    _, version = serving.log_model(uri, run_id, pair_model, "demo")
+    proc = cli("models:/demo@champion")  # registered, but no alias yet
+    assert proc.returncode == 1 and "models:/demo@champion: no such registered version in " \
+        f"{uri} (registered models: demo); the evaluate stage sets the alias" in proc.stderr
+    mlflow.MlflowClient(uri).set_registered_model_alias("demo", "champion", version.version)
+    proc = cli("models:/demo@champion")
+    assert proc.returncode == 0, proc.stderr
+    assert f"[wellfed] predict with models:/demo@champion (version 1, MLflow run {run_id})" \
+        in proc.stdout
+    by_uri = pd.read_csv(tmp_path / "out.csv")
+    predict_file(pair_model, source, tmp_path / "folder.csv")
+    pd.testing.assert_frame_equal(by_uri, pd.read_csv(tmp_path / "folder.csv"))
+    # An artifact store elsewhere (a server's, s3://): the files are downloaded for the command.
+    from wellfed.use import registered
+
+    monkeypatch.setattr(registered, "logged_files", lambda client, model_id: None)
+    with registered.model_folder("models:/demo/1", tmp_path) as (folder, named):
+        assert folder.name == pair_model.name and (folder / "config.json").is_file()
+        assert named == f"models:/demo/1 (version 1, MLflow run {run_id})"
+    assert not folder.exists()  # a temporary copy, gone after the command

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -66,7 +67,8 @@ def test_single_label_outputs_in_input_order(predictor):
     frame = pd.DataFrame({"sentence": TEXTS})
     out = serving.predict(predictor, frame, batch_rows=2)  # 3 length-sorted batches
     assert list(out.columns) == ["label", "score", "prob_negative", "prob_card_lost",
-                                 "prob_refund"]
+                                 "prob_refund", "truncated"]
+    assert not out["truncated"].any()  # the longest, ~80 tokens, is within max_length 128
     assert len(out) == len(TEXTS) and out.index.equals(frame.index)
     alone = one_by_one(predictor, frame)  # no batch, no padding: the reference
     probs = out.filter(like="prob_").to_numpy()
@@ -81,9 +83,31 @@ def test_any_single_string_column_is_the_text_and_a_missing_column_is_one_line(p
     assert len(out) == 2
     with pytest.raises(ValueError, match=r"no column 'sentence' .* rename the column"):
         serving.predict(predictor, pd.DataFrame({"review": ["a"], "id": [1]}))
-    with pytest.raises(ValueError, match=r"'sentence' is empty at row 1"):
-        serving.predict(predictor, pd.DataFrame({"sentence": ["a", None]}))
-    assert serving.predict(predictor, pd.DataFrame({"sentence": []})).shape == (0, 5)
+    assert serving.predict(predictor, pd.DataFrame({"sentence": []})).shape == (0, 6)
+
+
+@pytest.mark.parametrize("blank", [None, float("nan"), "", "  \t "])
+def test_an_empty_text_is_refused_naming_its_row_as_prepare_and_predict_do(predictor, blank):
+    """One rule (wellfed.texts): null or only whitespace is no text, in training, predict and
+    here; the row is counted from 1, as prepare counts data rows."""
+    frame = pd.DataFrame({"sentence": ["fine", blank, "ok", blank]})
+    with pytest.raises(ValueError) as err:
+        serving.predict(predictor, frame)
+    assert str(err.value) == ("input: data row 2 has empty text in column 'sentence' (2 such "
+                              "rows); every row needs a text: fill it in or remove the row")
+
+
+def test_a_text_longer_than_max_length_is_cut_and_flagged(tiny_model_dir, tmp_path):
+    short = serving.load(save_model(tiny_model_dir, tmp_path / "short", LABELS,
+                                    "single_label_classification", {"max_length": 16}))
+    texts = ["ok", "word " * 14, "word " * 15, "long " * 20_000, "x" * 100_000]  # 16 tokens fit
+    out = serving.predict(short, pd.DataFrame({"sentence": texts}))
+    assert out["truncated"].tolist() == [False, False, True, True, False]  # "x"*: one [UNK]
+    pairs = serving.load(save_model(tiny_model_dir, tmp_path / "pairs", LABELS,
+                                    "single_label_classification",
+                                    {"text_columns": ["a", "b"], "max_length": 16}))
+    out = serving.predict(pairs, pd.DataFrame({"a": ["ok", "word " * 10], "b": ["ok", "more " * 10]}))
+    assert out["truncated"].tolist() == [False, True]  # a pair counts both texts
 
 
 def test_importing_the_predictor_leaves_mlflow_unimported():
@@ -101,7 +125,7 @@ def test_multi_label_pairs_and_regression(tiny_model_dir, tmp_path):
          "max_length": 16}))
     frame = pd.DataFrame({"hypothesis": TEXTS[::-1], "premise": TEXTS})
     out = serving.predict(multi, frame)
-    assert list(out.columns) == ["labels", "prob_a", "prob_b", "prob_c"]
+    assert list(out.columns) == ["labels", "prob_a", "prob_b", "prob_c", "truncated"]
     probs = out.filter(like="prob_").to_numpy()
     assert [list(x) for x in out["labels"]] == \
         [[n for n, p in zip("abc", row) if p >= 0.5] for row in probs]
@@ -113,7 +137,8 @@ def test_multi_label_pairs_and_regression(tiny_model_dir, tmp_path):
     reg = serving.load(save_model(tiny_model_dir, tmp_path / "reg", ["price", "stars"],
                                   "regression", {"task": "regression"}))
     out = serving.predict(reg, pd.DataFrame({"text": TEXTS}))
-    assert list(out.columns) == ["price", "stars"] and out.dtypes.eq("float64").all()
+    assert list(out.columns) == ["price", "stars", "truncated"]
+    assert out[["price", "stars"]].dtypes.eq("float64").all() and out["truncated"].dtype == bool
     with pytest.raises(ValueError, match="does not fit config.json's problem_type"):
         serving.read_spec(save_model(tiny_model_dir, tmp_path / "bad", ["x"], "regression",
                                      {"task": "single_label"}))
@@ -152,7 +177,16 @@ def test_registered_model_loads_with_pyfunc_and_answers_in_input_order(registere
     # the model carries its own code: wellfed's serving module and what it imports
     code = Path(mlflow.artifacts.download_artifacts(f"models:/serve-classifier/1")) / "code"
     assert sorted(str(p.relative_to(code / "wellfed")) for p in (code / "wellfed").rglob("*.py")) \
-        == ["__init__.py", "device.py", "names.py", "tasks.py", "use/__init__.py", "use/serving.py"]
+        == ["__init__.py", "device.py", "names.py", "tasks.py", "texts.py", "use/__init__.py",
+            "use/serving.py"]
+    # an empty text: MLflow's invalid-input error, whose message is wellfed's line
+    from mlflow.exceptions import MlflowException
+
+    with pytest.raises(MlflowException) as err:
+        model.predict(pd.DataFrame({"sentence": ["fine", ""]}))
+    assert err.value.error_code == "INVALID_PARAMETER_VALUE"
+    assert err.value.message == ("input: data row 2 has empty text in column 'sentence' (1 such "
+                                 "row); every row needs a text: fill it in or remove the row")
 
 
 def free_port() -> int:
@@ -166,6 +200,15 @@ def post(url: str, body: dict) -> dict:
                                  {"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=60) as resp:
         return json.loads(resp.read())
+
+
+def refused(url: str, body: dict) -> tuple[int, str]:
+    """(HTTP status, response body) of a request the server refuses."""
+    try:
+        post(url, body)
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+    raise AssertionError(f"{body} was answered")
 
 
 @pytest.mark.e2e  # a real server process; ~15 s on 2 busy cores
@@ -199,6 +242,19 @@ def test_mlflow_models_serve_answers_invocations(registered, predictor, tmp_path
             rows = answer["predictions"]
             assert [r["label"] for r in rows] == expected["label"].tolist()
             np.testing.assert_allclose([r["score"] for r in rows], expected["score"], atol=1e-5)
+            assert [r["truncated"] for r in rows] == [False] * len(TEXTS)
+        # A bad row: MLflow's 400 with wellfed's line (MLflow puts "Failed to predict data
+        # '<the input>'. Error: " before it), no stack trace, nothing of the server's files.
+        for body in ({"dataframe_split": {"columns": ["sentence"], "data": [["ok"], [None]]}},
+                     {"inputs": {"sentence": ["ok", "  "]}}):
+            status, text = refused(f"{url}/invocations", body)
+            answer = json.loads(text)
+            assert status == 400 and answer["error_code"] == "INVALID_PARAMETER_VALUE", text
+            assert answer["message"].endswith(
+                "Error: input: data row 2 has empty text in column 'sentence' (1 such row); "
+                "every row needs a text: fill it in or remove the row"), text
+            assert "stack_trace" not in answer and "Traceback" not in text
+            assert "site-packages" not in text and str(tmp_path) not in text, text
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:

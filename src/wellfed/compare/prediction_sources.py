@@ -14,7 +14,6 @@ import dataclasses
 import io
 import json
 import logging
-import os
 import re
 import tempfile
 from dataclasses import dataclass, field
@@ -23,9 +22,9 @@ from pathlib import Path
 import pandas as pd
 
 from wellfed.track.sweeps import SWEEP_TAG
+from wellfed.use.registered import MODEL_URI, store_uri
 
 RUN_ID = re.compile(r"[0-9a-f]{32}")  # MLflow's run ids: uuid4 hex
-MODEL_URI = re.compile(r"models:/([^/@]+)(?:@([\w-]+)|/(\d+))")
 SWEEP = "sweep:"
 """A group spec's prefix: `sweep:<id>` names every run of that sweep."""
 
@@ -48,8 +47,7 @@ class Scored:
 
 def default_tracking_uri(given: str | None, cwd: str | Path) -> str:
     """`given`, else $MLFLOW_TRACKING_URI, else an absolute sqlite:///<cwd>/mlflow.db."""
-    return (given or os.environ.get("MLFLOW_TRACKING_URI")
-            or f"sqlite:///{(Path(cwd) / 'mlflow.db').resolve()}")
+    return given or store_uri(cwd)
 
 
 def load(ref: str, tracking_uri: str, repo: str | Path, eval_dir: str = "data/eval") -> Scored:

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
+from wellfed import texts as rule
 from wellfed.config import PrepareConfig, number
 from wellfed.data import markers
 from wellfed.data.hashing import empty_int64, hashes
@@ -167,7 +168,7 @@ def scan_split(blocks: Blocks, where: str, task: str | None, cfg: PrepareConfig,
             for column in ("text", "text_pair"):
                 if column in block:
                     stripped[column] = block[column].str.strip()
-                    empty |= (block[column].isna() | (stripped[column] == "")).to_numpy(bool)
+                    empty |= rule.empty(block[column], stripped[column])  # wellfed.texts
             missing &= ~empty
             _count_invalid(scan, block, empty, missing)
             markers.tally(scan.missing_labels, uniques, codes, missing)

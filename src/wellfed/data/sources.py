@@ -22,6 +22,7 @@ from typing import Iterator
 
 import pandas as pd
 
+from wellfed import texts
 from wellfed.data.columns import (column_at, has_column, listed, position,
                                   select_columns)
 from wellfed.data.decoding import decoded, text_facts
@@ -75,31 +76,26 @@ def iter_texts(path: str | Path, fmt: str, text_column, *, header: bool = True,
 
     blocks = _selected(frames, listed(text_column), select, late_keys=fmt == "jsonl")
     for out in blocks:
-        if any(_empty(out[name]).any() for name in ("text", "text_pair") if name in out):
+        if any(texts.empty(out[name]).any() for name in ("text", "text_pair") if name in out):
             raise _empty_text_error(path, itertools.chain([out], blocks))
         out.attrs["read_as"], out.attrs["warnings"] = how, warnings
         yield out
 
 
-def _empty(texts: pd.Series) -> pd.Series:
-    return texts.isna() | (texts.fillna("").str.strip() == "")
-
-
 def _empty_text_error(path: Path, blocks) -> ValueError:
     """The first empty text of the first column that has one, and how many that column has:
-    the rest of the file is read through to count them."""
+    the rest of the file is read through to count them (wellfed.texts: the rule serving and
+    prepare apply too)."""
     first, count = {}, {}
     for out in blocks:
         for name in ("text", "text_pair"):
             if name in out:
-                empty = _empty(out[name])
+                empty = texts.empty(out[name])
                 count[name] = count.get(name, 0) + int(empty.sum())
                 if empty.any():
-                    first.setdefault(name, int(out.loc[empty, "row"].iloc[0]) + 1)
+                    first.setdefault(name, int(out["row"].to_numpy()[empty][0]) + 1)
     name = "text" if count.get("text") else "text_pair"
-    n = count[name]
-    return ValueError(f"{path}: data row {first[name]} has empty text ({n} such "
-                      f"row{'s' if n > 1 else ''}); fill it in or remove the row")
+    return texts.empty_error(str(path), first[name], count[name], "fill it in or remove the row")
 
 
 def _table(path: Path, fmt: str, text_column, header: bool, quoting: str, size: int):

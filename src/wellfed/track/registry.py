@@ -148,19 +148,8 @@ def local_files(uri: str, model_id: str | None):
     """The folder on this machine holding the files of logged model `model_id` as it was
     given them (serving.log_model's artifact `model`, a copy of data/model), or None: no model,
     or an artifact store elsewhere (a tracking server's, s3://...)."""
-    from pathlib import Path
-    from urllib.parse import unquote, urlparse
-
     import mlflow
 
-    if not model_id:
-        return None
-    try:
-        location = mlflow.MlflowClient(uri).get_logged_model(model_id).artifact_location
-    except Exception:  # MLflow unreachable: nothing to link to, the checkpoint keeps model.pt
-        return None
-    parsed = urlparse(location)
-    if parsed.scheme not in ("", "file"):
-        return None
-    folder = Path(unquote(parsed.path)) / "artifacts" / "model"  # pyfunc: artifacts/<key>
-    return folder if (folder / "config.json").is_file() else None
+    from wellfed.use.registered import logged_files
+
+    return logged_files(mlflow.MlflowClient(uri), model_id) if model_id else None

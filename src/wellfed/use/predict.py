@@ -1,14 +1,18 @@
-"""Predictions on new, unlabelled files with an exported model directory.
+"""Predictions on new, unlabelled files with a registered model or an exported model directory.
 
-    wellfed-predict MODEL_DIR INPUT OUTPUT [--text-column NAME ...] [--no-header]
-                                                     [--format F] [--quoting Q] [--workers N]
+    wellfed-predict MODEL INPUT OUTPUT [--text-column NAME ...] [--no-header]
+                                                 [--format F] [--quoting Q] [--workers N]
 
+MODEL is a registry URI, models:/wellfed-classifier@champion (or models:/<name>/<version>),
+looked up in the MLflow store ($MLFLOW_TRACKING_URI, else ./mlflow.db: wellfed.use.registered),
+or a model directory such as data/model (after a `dvc exp run`, the last experiment's model).
 INPUT is any file `prepare` reads (CSV, TSV, JSONL, Parquet; sniffed without an extension), with
 the same checks and one-line errors. The text column(s) default to the ones the model was
 trained on (its wellfed.json); a pair model takes two. OUTPUT (.parquet or .csv) holds one row
 per input row, in input order: `row` (the 0-based data row) and the model's outputs
 (wellfed.use.serving: label, score and prob_<key> per class; labels and prob_<key> for multi-label;
-one column per target for regression). Rows go through the model in chunks of `chunk_rows`,
+one column per target for regression), then `truncated` (the row was longer than the model's
+max_length tokens and was cut to it; the console counts them). Rows go through the model in chunks of `chunk_rows`,
 each length-bucketed, and are written as they come: the output never holds more than one chunk
 in memory, and it appears whole or not at all. On the GPU when there is one.
 
@@ -41,7 +45,9 @@ from tqdm import tqdm
 from wellfed.cli import guarded
 from wellfed.data import sources
 from wellfed.outputs import atomic_path
+from wellfed.texts import TRUNCATED, truncation_line
 from wellfed.use import serving
+from wellfed.use.registered import model_folder
 
 CHUNK_ROWS = 8192  # rows per model pass: bounds memory, keeps the length buckets full
 
@@ -151,10 +157,12 @@ def worker_devices(workers: int) -> bool:
     return device == "GPU"
 
 
-def write_predictions(predictions: Iterable[pd.DataFrame], output_path: Path) -> int:
+def write_predictions(predictions: Iterable[pd.DataFrame], output_path: Path,
+                      counts: dict | None = None) -> int:
     """Write the prediction chunks as they come (one in memory at a time) to `output_path`,
-    whole or not at all; return the rows written."""
-    rows, last = 0, -1
+    whole or not at all; return the rows written. `counts`, when given, gets the rows flagged
+    `truncated` under that key."""
+    rows, last, cut = 0, -1, 0
     with atomic_path(output_path) as tmp, tqdm(desc="predict", unit="rows", mininterval=1.0,
                                                leave=False) as bar:
         writer = None
@@ -172,6 +180,7 @@ def write_predictions(predictions: Iterable[pd.DataFrame], output_path: Path) ->
                 writer = writer or pq.ParquetWriter(tmp, table.schema)
                 writer.write_table(table)
             rows, last = rows + len(out), int(order[-1])
+            cut += int(out[TRUNCATED].sum()) if TRUNCATED in out else 0
             bar.update(len(out))
         if writer:
             writer.close()
@@ -179,41 +188,57 @@ def write_predictions(predictions: Iterable[pd.DataFrame], output_path: Path) ->
             pd.DataFrame({"row": []}).to_parquet(tmp, index=False)
         elif not rows:
             tmp.write_text("row\n", encoding="utf-8")
+    if counts is not None:
+        counts[TRUNCATED] = cut
     return rows
 
 
-def predict_file(model_dir: str | Path, input_path: str | Path, output_path: str | Path, *,
+def predict_file(model: str | Path, input_path: str | Path, output_path: str | Path, *,
                  text_columns: list | None = None, fmt: str = "auto", header: bool = True,
                  quoting: str = "auto", chunk_rows: int = CHUNK_ROWS, workers: int = 0,
                  address: str = "") -> int:
     """Write the predictions for every row of `input_path` to `output_path`; return the rows.
-    `workers` > 0: on that many Ray Data workers (the local Ray, or the cluster `address` or
-    $RAY_ADDRESS names), else in this process."""
+    `model`: a model directory or a registry URI (wellfed.use.registered). `workers` > 0: on
+    that many Ray Data workers (the local Ray, or the cluster `address` or $RAY_ADDRESS names),
+    else in this process. Rows cut to the model's max_length are counted on the console."""
     output_path = Path(output_path)
     if output_path.suffix not in (".parquet", ".csv"):
         raise ValueError(f"{output_path}: the output must end in .parquet or .csv")
-    spec = serving.read_spec(model_dir)
-    columns = list(text_columns or spec.text_columns)
-    if len(columns) != len(spec.text_columns):
-        raise ValueError(f"{model_dir} reads {len(spec.text_columns)} text column(s) "
-                         f"({', '.join(spec.text_columns)}); give that many with --text-column, "
-                         f"not {len(columns)}")
-    chunks = input_chunks(input_path, columns, fmt=fmt, header=header, quoting=quoting,
-                          chunk_rows=chunk_rows)
-    first = next(chunks, None)  # the input is read and checked before the model, Ray, the bar
-    chunks = itertools.chain([first] if first is not None else [], chunks)
-    if workers:
-        return write_predictions(ray_predictions(model_dir, chunks, workers,
-                                                 chunk_rows=chunk_rows, address=address),
-                                 output_path)
-    predictor = serving.load(model_dir)
-    return write_predictions((predict_chunk(predictor, part) for part in chunks), output_path)
+    with model_folder(model) as (model_dir, named):
+        spec = serving.read_spec(model_dir)
+        columns = list(text_columns or spec.text_columns)
+        if len(columns) != len(spec.text_columns):
+            raise ValueError(f"{named} reads {len(spec.text_columns)} text column(s) "
+                             f"({', '.join(spec.text_columns)}); give that many with "
+                             f"--text-column, not {len(columns)}")
+        chunks = input_chunks(input_path, columns, fmt=fmt, header=header, quoting=quoting,
+                              chunk_rows=chunk_rows)
+        first = next(chunks, None)  # the input is read and checked before the model, Ray, the bar
+        chunks = itertools.chain([first] if first is not None else [], chunks)
+        if named != str(model):
+            print(f"[wellfed] predict with {named}", flush=True)
+        counts: dict = {}
+        if workers:
+            rows = write_predictions(ray_predictions(model_dir, chunks, workers,
+                                                     chunk_rows=chunk_rows, address=address),
+                                     output_path, counts)
+        else:
+            predictor = serving.load(model_dir)
+            rows = write_predictions((predict_chunk(predictor, part) for part in chunks),
+                                     output_path, counts)
+    if cut := truncation_line(counts.get(TRUNCATED, 0), rows, spec.max_length, "predict",
+                              f"those rows are flagged in {output_path}'s {TRUNCATED!r} column "
+                              "(the limit is the model's tokenize.max_length)"):
+        print(f"[wellfed] {cut}", flush=True)
+    return rows
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="wellfed-predict", description=__doc__.split(
         "\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model_dir", help="an exported model directory (data/model)")
+    parser.add_argument("model", help="a registered model, models:/wellfed-classifier@champion "
+                        "(in $MLFLOW_TRACKING_URI, else ./mlflow.db), or a model directory "
+                        "(data/model: the last run in this workspace)")
     parser.add_argument("input", help="an unlabelled CSV, TSV, JSONL or Parquet file")
     parser.add_argument("output", help="where the predictions go (.parquet or .csv)")
     parser.add_argument("--text-column", action="append", dest="text_columns",
@@ -233,7 +258,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--workers must be >= 0 and --chunk-rows >= 1")
 
     def run() -> None:
-        rows = predict_file(args.model_dir, args.input, args.output,
+        rows = predict_file(args.model, args.input, args.output,
                             text_columns=args.text_columns, fmt=args.format,
                             header=not args.no_header, quoting=args.quoting,
                             chunk_rows=args.chunk_rows, workers=args.workers)

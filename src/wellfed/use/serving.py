@@ -14,7 +14,10 @@ order:
 | multi_label  | sigmoid | `labels` (texts with probability >= threshold), `prob_<key>`     |
 | regression   | none    | one column per target, named by id2label, raw values            |
 
-`<key>` is the label's safe key (wellfed.names.keys): label text may hold any character.
+then `truncated`: whether the row was longer than the model's max_length tokens and cut to it.
+`<key>` is the label's safe key (wellfed.names.keys): label text may hold any character. A row
+with an empty text is refused (wellfed.texts: the rule prepare and predict apply too); as an
+MLflow model, with MLflow's invalid-input error (HTTP 400) whose message is that one line.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import pandas as pd
 import torch
 
 from wellfed import device as dev
+from wellfed import texts as rule
 from wellfed.names import keys
 from wellfed.tasks import MODEL_INFO, PROBLEM_TYPE, outputs
 
@@ -116,24 +120,32 @@ def load(model_dir: str | Path, device: torch.device | None = None) -> Predictor
 
 def text_columns(frame: pd.DataFrame, spec: ModelSpec) -> list[pd.Series]:
     """The input's text column(s) as strings; one string column is taken whatever its name when
-    the model reads one text."""
+    the model reads one text. A row with an empty text is refused (wellfed.texts)."""
     names = list(spec.text_columns)
     if len(names) == 1 and names[0] not in frame.columns:
         strings = [c for c in frame.columns if pd.api.types.is_string_dtype(frame[c])]
         if len(strings) == 1 and len(frame.columns) == 1:
             names = strings
-    out = []
     for name in names:
         if name not in frame.columns:
             raise ValueError(f"input has no column {name!r} (columns: {list(frame.columns)}); "
                              f"the model reads {list(spec.text_columns)}: rename the column")
-        column = frame[name]
-        missing = column.isna().to_numpy()
-        if missing.any():
-            row = int(np.flatnonzero(missing)[0])
-            raise ValueError(f"input column {name!r} is empty at row {row} (0-based); every row "
-                             "needs a text")
-        out.append(column.astype(str))
+    rule.check({name: frame[name] for name in names}, "input",
+               "every row needs a text: fill it in or remove the row")
+    return [frame[name].astype(str) for name in names]
+
+
+def truncated_rows(tok, encoded, texts: list[list[str]], max_length: int) -> np.ndarray:
+    """Which rows the tokenizer cut to `max_length` tokens: a fast tokenizer says so per row
+    (`overflowing`); a slow one's rows at the limit are encoded again, uncut, to tell."""
+    if encoded.encodings is not None:
+        return np.fromiter((bool(e.overflowing) for e in encoded.encodings), bool,
+                           len(encoded.encodings))
+    lengths = np.fromiter(map(len, encoded["input_ids"]), np.int64)
+    out = np.zeros(len(lengths), bool)
+    for i in np.flatnonzero(lengths >= max_length):
+        whole = tok(*[[column[i]] for column in texts], truncation=False)["input_ids"][0]
+        out[i] = len(whole) > max_length
     return out
 
 
@@ -165,9 +177,11 @@ def predict(predictor: Predictor, frame: pd.DataFrame, batch_rows: int = 64,
     spec, tok = predictor.spec, predictor.tokenizer
     texts = [c.tolist() for c in text_columns(frame, spec)]
     if not len(frame):  # the tokenizer refuses an empty batch
-        return output_frame(np.zeros((0, len(spec.labels)), np.float32), spec, frame.index)
+        return output_frame(np.zeros((0, len(spec.labels)), np.float32), spec, frame.index,
+                            np.zeros(0, bool))
     enc = tok(*texts, truncation="longest_first" if len(texts) == 2 else True,
               max_length=spec.max_length, return_attention_mask=False)
+    cut = truncated_rows(tok, enc, texts, spec.max_length)
     ids = enc["input_ids"]
     types = enc.get("token_type_ids")
     lengths = np.fromiter((len(r) for r in ids), np.int64, len(ids))
@@ -185,12 +199,15 @@ def predict(predictor: Predictor, frame: pd.DataFrame, batch_rows: int = 64,
                 logits = predictor.model(**batch).logits
             # scattered back to the rows' input positions
             out[idx] = outputs(spec.task, logits).cpu().numpy()
-    return output_frame(out, spec, frame.index)
+    return output_frame(out, spec, frame.index, cut)
 
 
-def output_frame(values: np.ndarray, spec: ModelSpec, index: pd.Index) -> pd.DataFrame:
+def output_frame(values: np.ndarray, spec: ModelSpec, index: pd.Index,
+                 truncated: np.ndarray) -> pd.DataFrame:
     if spec.task == "regression":
-        return pd.DataFrame(values.astype(np.float64), columns=list(spec.labels), index=index)
+        out = pd.DataFrame(values.astype(np.float64), columns=list(spec.labels), index=index)
+        out[rule.TRUNCATED] = truncated
+        return out
     labels = np.asarray(spec.labels, object)
     head: dict[str, object] = {}
     if spec.task == "single_label":
@@ -200,7 +217,7 @@ def output_frame(values: np.ndarray, spec: ModelSpec, index: pd.Index) -> pd.Dat
     else:
         head = {"labels": [labels[row >= spec.threshold].tolist() for row in values]}
     probs = {f"prob_{k}": values[:, i].astype(np.float64) for i, k in enumerate(keys(spec.labels))}
-    return pd.DataFrame({**head, **probs}, index=index)
+    return pd.DataFrame({**head, **probs, rule.TRUNCATED: truncated}, index=index)
 
 
 def classifier_model():
@@ -210,6 +227,7 @@ def classifier_model():
     sets that level (cli.console) after its imports. Nothing is pickled (ENTRY_POINT), so a
     class made in a function is fine."""
     import mlflow.pyfunc
+    from mlflow.exceptions import MlflowException
 
     class ClassifierModel(mlflow.pyfunc.PythonModel):
         def load_context(self, context):
@@ -218,7 +236,13 @@ def classifier_model():
         # The hint: MLflow checks inputs by the logged signature, not by this hint; without
         # one it warns when the class is made.
         def predict(self, context, model_input: pd.DataFrame, params=None) -> pd.DataFrame:
-            return predict(self.predictor, pd.DataFrame(model_input))
+            try:
+                return predict(self.predictor, pd.DataFrame(model_input))
+            except ValueError as err:  # the input's fault, in one line: a 400, not a 500
+                # MLflow's scoring server sends an MlflowException's message and code as they
+                # are; any other error becomes a generic 400 whose stack_trace carries this
+                # server's file paths to the client. `from None`: no chained traceback either.
+                raise MlflowException.invalid_parameter_value(str(err)) from None
 
     return ClassifierModel()
 
@@ -238,7 +262,8 @@ def requirements() -> list[str]:
 
 # The model's entry point, written into the model (MLflow's "models from code": nothing is
 # pickled, so the model does not depend on pickle-compatible class paths or versions).
-CARRIED = ("__init__.py", "use/__init__.py", "use/serving.py", "names.py", "device.py", "tasks.py")
+CARRIED = ("__init__.py", "use/__init__.py", "use/serving.py", "names.py", "device.py", "tasks.py",
+           "texts.py")
 """The files of wellfed a logged model carries (serving and what it imports), as in the package."""
 ENTRY_POINT = """import mlflow
 

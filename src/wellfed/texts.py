@@ -1,0 +1,53 @@
+"""The rule a row's text meets wherever it enters: training (prepare), predict and serving.
+
+- **Empty.** A text that is missing (null, NaN) or only whitespace is refused, with its data row
+  (1-based, as prepare counts them) and how many rows share the fault: a model's answer for
+  nothing is not an answer.
+- **Too long.** A text longer than the model's `max_length` tokens (a pair: both texts together)
+  is cut to it, longest text first. That is counted and flagged, never silent: tokenize reports
+  `truncated_rows`, predict and the served model give each row a `truncated` column.
+
+The served model carries this module (wellfed/use/serving.py, CARRIED): numpy and pandas only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+TRUNCATED = "truncated"
+"""The output column that flags a row cut to max_length tokens (predict, the served model)."""
+
+
+def empty(texts: pd.Series, stripped: pd.Series | None = None) -> np.ndarray:
+    """Which texts are empty: missing or only whitespace. `stripped`: the texts already stripped
+    (prepare strips them anyway, for its duplicate keys)."""
+    if stripped is None:
+        stripped = texts.map(lambda v: v.strip() if isinstance(v, str) else v)
+    return (texts.isna() | (stripped == "")).to_numpy(bool)
+
+
+def empty_error(where: str, row: int, count: int, fix: str,
+                column: str | None = None) -> ValueError:
+    """The one line for empty texts: the first one's data row (1-based), how many, the fix."""
+    named = f" in column {column!r}" if column else ""
+    return ValueError(f"{where}: data row {row} has empty text{named} ({count} such "
+                      f"row{'s' if count != 1 else ''}); {fix}")
+
+
+def check(columns: dict[str, pd.Series], where: str, fix: str) -> None:
+    """Refuse the rows of `columns` (name -> texts, in row order) with an empty text: the first
+    column that has one names the first such row and counts them."""
+    for name, texts in columns.items():
+        mask = empty(texts)
+        if mask.any():
+            raise empty_error(where, int(np.flatnonzero(mask)[0]) + 1, int(mask.sum()), fix, name)
+
+
+def truncation_line(count: int, rows: int, max_length: int, where: str, then: str) -> str:
+    """The console's flag for `count` of `rows` rows cut to `max_length` tokens, and what to do
+    about it (`then`); "" when none were."""
+    if not count:
+        return ""
+    return (f"{where}: {count} of {rows} rows ({count / max(rows, 1):.1%}) were longer than "
+            f"{max_length} tokens and were cut to it; {then}")
