@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from wellfed.cli import stage
+from wellfed.compare import sweep_summary
 from wellfed.config import load_params
 from wellfed.data.token_files import TokenFile
 from wellfed.evaluate import files, predictions, scores, temperature
@@ -61,6 +62,9 @@ def main(tokens_dir, model_dir, run_json, validation_outputs, eval_dir, *, budge
     if verdict is not None:
         print(f"[wellfed] {verdict.line()}")
     print(f"[wellfed] MLflow run: {page}")
+    with clock("sweep summary"):  # a sweep's trial: its parent run's summary, brought up to date
+        if line := sweep_summary.after_trial(run["tracking_uri"], run["mlflow_run_id"]):
+            print(f"[wellfed] {line}")
     with clock("mlflow logging + champion"):  # the pipeline's seconds, this stage's so far
         if (line := eval_tracking.pipeline_time(run, budget)) is not None:
             budget.after.append(line)

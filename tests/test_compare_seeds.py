@@ -270,5 +270,5 @@ def test_folders_as_groups_and_single_runs_keep_the_paired_test(tmp_path, capsys
     with pytest.raises(SystemExit) as exit_:
         main([*a])
     assert exit_.value.code == 2
-    assert "give two runs (A B) or two groups (A1 A2 ... --vs B1 B2 ...); got 3 runs" in \
-        capsys.readouterr().err
+    assert ("give two runs (A B), two groups (A1 A2 ... --vs B1 B2 ...) or one sweep "
+            "(sweep:<id>); got 3 runs") in capsys.readouterr().err

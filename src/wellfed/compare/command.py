@@ -3,7 +3,8 @@ over seeds: is recipe B better than recipe A, the seed-to-seed spread included?
 
 usage: python -m wellfed.compare A B [--tracking-uri URI] [--out compare.json]
        python -m wellfed.compare A1 A2 A3 --vs B1 B2 B3      (two groups: seeds of each recipe)
-       python -m wellfed.compare sweep:<a> sweep:<b>          (two sweeps, by id)
+       python -m wellfed.compare sweep:<a> --vs sweep:<b>     (two sweeps, by id)
+       python -m wellfed.compare sweep:<id>                   (one sweep's summary)
        (or `wellfed-compare ...`)
 
 Each run: an MLflow run id, a registry URI (models:/<name>@champion: the run behind that version),
@@ -17,7 +18,9 @@ seeds and rows (wellfed.compare.seed_significance), logged as a run of its own i
 first MLflow run, with vs_seeds/* metrics, the table as its description and the JSON as
 compare/groups.json: the result belongs to the two groups, not to one of B's runs (on each of
 them it would be one figure repeated N times, and a later comparison against another baseline
-would overwrite it). --out writes the JSON either way.
+would overwrite it). One sweep: its summary (wellfed.compare.sweep_summary: trials, each recipe's
+mean ± sd, the best trial, the verdict of the best recipe against the runner-up), written onto
+the sweep's parent run as its evaluate stages do. --out writes the JSON either way.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import sys
 from pathlib import Path
 
 from wellfed import cli, privacy
-from wellfed.compare import prediction_sources, seed_significance, significance
+from wellfed.compare import prediction_sources, seed_significance, significance, sweep_summary
 from wellfed.names import key as safe_key
 from wellfed.track import tracking
 
@@ -40,8 +43,9 @@ log = logging.getLogger("wellfed.compare")
 def arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="wellfed-compare", usage="%(prog)s A B [options] | %(prog)s A1 A2 ... --vs B1 B2 "
-        "... [options]", description="Paired comparison of two evaluated runs (B - A), or of two "
-        "groups of seeded runs (mean B - mean A, seed-to-seed spread included).")
+        "... [options] | %(prog)s sweep:<id> [options]", description="Paired comparison of two "
+        "evaluated runs (B - A), or of two groups of seeded runs (mean B - mean A, seed-to-seed "
+        "spread included), or one sweep's summary.")
     parser.add_argument("runs", nargs="+", metavar="RUN",
                         help="A and B, or with --vs A's runs: MLflow run id, "
                         "models:/<name>@<alias>, dvc exp name, git revision, folder, or (a group) "
@@ -58,11 +62,13 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=significance.SEED,
                         help=f"bootstrap seed (default {significance.SEED})")
     parser.add_argument("--no-log", action="store_true",
-                        help="do not log to MLflow (B's run, or the groups' own run)")
+                        help="do not log to MLflow (B's run, the groups' own run, or the sweep's "
+                        "parent run)")
     args = parser.parse_args(argv)
-    if args.vs is None and len(args.runs) != 2:
-        parser.error(f"give two runs (A B) or two groups (A1 A2 ... --vs B1 B2 ...); got "
-                     f"{len(args.runs)} runs and no --vs")
+    one_sweep = len(args.runs) == 1 and args.runs[0].startswith(prediction_sources.SWEEP)
+    if args.vs is None and len(args.runs) != 2 and not one_sweep:
+        parser.error(f"give two runs (A B), two groups (A1 A2 ... --vs B1 B2 ...) or one sweep "
+                     f"(sweep:<id>); got {len(args.runs)} runs and no --vs")
     if args.resamples < 100:  # the 2.5th percentile of fewer than 100 values is one or two draws
         parser.error(f"--resamples must be at least 100; got {args.resamples}")
     return args
@@ -70,6 +76,8 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
 
 def run(args: argparse.Namespace) -> dict:
     uri = prediction_sources.default_tracking_uri(args.tracking_uri, Path.cwd())
+    if args.vs is None and len(args.runs) == 1:
+        return summarised(args, uri, args.runs[0].removeprefix(prediction_sources.SWEEP))
     specs_a, specs_b = (args.runs, args.vs) if args.vs else ([args.runs[0]], [args.runs[1]])
     a = prediction_sources.load_group(specs_a, uri, Path.cwd(), args.eval_dir)
     b = prediction_sources.load_group(specs_b, uri, Path.cwd(), args.eval_dir)
@@ -144,6 +152,24 @@ def record(uri: str, result: dict, text: str, shown: str, a_run_of_b: str) -> st
         raise
     client.set_terminated(run_id)
     return run_id
+
+
+def summarised(args: argparse.Namespace, uri: str, sweep: str) -> dict:
+    """One sweep's summary, shown, and written onto its parent run (unless --no-log)."""
+    summary = sweep_summary.summarise(uri, sweep, args.resamples, args.seed)
+    print("\n".join(sweep_summary.lines(summary, markdown=False)))
+    write(summary, args.out)
+    if not args.no_log:
+        try:  # a store that refuses is a warning: the summary is made and shown
+            if sweep_summary.record(uri, summary):
+                log.info("wrote the summary onto the sweep's parent run %s",
+                         summary["parent_run_id"])
+            else:
+                log.info("the sweep's parent run %s holds a summary of more trials already",
+                         summary["parent_run_id"])
+        except Exception as err:
+            log.warning("not logged to MLflow: %s", cli.one_line(str(err))[:300])
+    return summary
 
 
 def write(result: dict, out: str | None) -> str:

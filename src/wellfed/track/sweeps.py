@@ -1,7 +1,8 @@
 """A sweep is one thing: its trials (queued `dvc exp run` variants given the same
 `mlflow.sweep`) carry the tag wellfed.sweep and are nested, in the MLflow UI, under one parent
-run named `sweep <id>`, which evaluated nothing (`wellfed-compare` leaves it out: it is the
-parent of the others)."""
+run named `sweep <id>`. The parent trains and evaluates nothing (`wellfed-compare sweep:<id>`
+leaves it out of the trials): it holds the sweep's summary, brought up to date by each trial's
+evaluate stage (wellfed.compare.sweep_summary)."""
 
 from __future__ import annotations
 

@@ -31,7 +31,13 @@ def experiment(tracking_uri: str, experiment_id: str) -> str:
 
 def run(tracking_uri: str, experiment_id: str, run_id: str) -> str:
     """A run's page: its description (the run note) first, then params, metrics, artifacts."""
-    return f"{base(tracking_uri)}/#/experiments/{experiment_id}/runs/{run_id}?{VIEW}"
+    return f"{base(tracking_uri)}/{run_route(experiment_id, run_id)}"
+
+
+def run_route(experiment_id: str, run_id: str) -> str:
+    """A run page's route alone (`#/experiments/...`), for links inside the UI (a sweep's
+    description links its trials)."""
+    return f"#/experiments/{experiment_id}/runs/{run_id}?{VIEW}"
 
 
 def model_version(tracking_uri: str, name: str, version: str | int) -> str:

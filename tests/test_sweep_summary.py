@@ -1,0 +1,120 @@
+"""A sweep's parent run summarises its trials (wellfed.compare.sweep_summary), on a real sqlite
+store: trials made directly (no training), each with planted predictions and its headline."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import mlflow
+import pytest
+from sklearn.metrics import f1_score
+
+from tests.test_compare_seeds import ranked, write_eval
+from wellfed.compare import sweep_summary
+from wellfed.compare.command import main
+from wellfed.track import sweeps
+
+# Two recipes of three seeds; a fourth trial of the first recipe inherited train.max_steps=30
+# from the workspace when it was queued: a recipe of its own.
+FAST, SLOW = [0.74, 0.83, 0.92], [0.80, 0.81, 0.79]
+
+
+@pytest.fixture()
+def store(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = mlflow.MlflowClient(uri)
+    client.create_experiment("wellfed", artifact_location=str(tmp_path / "artifacts"))
+    return uri, client
+
+
+def trial(client, uri, tmp_path, sweep, params, gold, pred, finished=True) -> str:
+    """One trial as the train and evaluate stages leave it: nested under the sweep's parent,
+    its params, its evaluate artifacts and headline."""
+    parent = sweeps.parent_run(uri, "wellfed", sweep)
+    exp = client.get_experiment_by_name("wellfed").experiment_id
+    run_id = client.create_run(exp, run_name=f"t{params['train.seed']}-{params['train.lr']}",
+                               tags={sweeps.SWEEP_TAG: sweep,
+                                     "mlflow.parentRunId": parent}).info.run_id
+    for key, value in params.items():
+        client.log_param(run_id, key, value)
+    if finished:
+        client.log_artifacts(run_id, str(write_eval(tmp_path / run_id, gold, pred)), "eval")
+        client.log_metric(run_id, "eval/macro_f1", f1_score(gold, pred, average="macro"))
+        client.set_terminated(run_id)
+    return run_id
+
+
+def test_the_parent_run_holds_trials_recipes_best_and_the_verdict(store, tmp_path, capsys):
+    uri, client = store
+    gold, slow, fast = ranked(SLOW, FAST, rows=300)
+    ids = []
+    for seed, (s, f) in enumerate(zip(slow, fast), 1):
+        ids.append(trial(client, uri, tmp_path, "grid", {"train.lr": "2e-05", "train.seed": seed,
+                                                        "train.max_steps": 0}, gold, s))
+        ids.append(trial(client, uri, tmp_path, "grid", {"train.lr": "0.0001", "train.seed": seed,
+                                                        "train.max_steps": 0}, gold, f))
+    leaked = trial(client, uri, tmp_path, "grid", {"train.lr": "0.0001", "train.seed": 4,
+                                                   "train.max_steps": 30}, gold, fast[0])
+    running = trial(client, uri, tmp_path, "grid", {"train.lr": "2e-05", "train.seed": 5,
+                                                    "train.max_steps": 0}, gold, None, False)
+
+    line = sweep_summary.after_trial(uri, leaked)  # as the trial's evaluate stage calls it
+    assert line.startswith("sweep grid: 7 trial(s) evaluated, best ") and "summarises" in line
+    parent = client.get_run(sweeps.parent_run(uri, "wellfed", "grid"))
+    figures = {r: client.get_run(r).data.metrics["eval/macro_f1"] for r in ids + [leaked]}
+    slow_f1, fast_f1 = [figures[r] for r in ids[0::2]], [figures[r] for r in ids[1::2]]
+    m = parent.data.metrics
+    assert m["sweep/trials"] == 7 and m["sweep/recipes"] == 3
+    assert m["sweep/best/eval/macro_f1"] == pytest.approx(max(figures.values()))
+    assert m["sweep/recipe1/mean/eval/macro_f1"] == pytest.approx(statistics.fmean(slow_f1))
+    assert m["sweep/recipe2/sd/eval/macro_f1"] == pytest.approx(statistics.stdev(fast_f1))
+    assert "sweep/recipe3/sd/eval/macro_f1" not in m  # one trial: no spread
+    assert m["vs_seeds/accuracy_diff"] == pytest.approx(0.03)  # the two recipes of 3 seeds
+    assert parent.data.tags["wellfed.sweep.recipe_keys"] == "train.lr, train.max_steps"
+    note = parent.data.tags["mlflow.note.content"]
+    best = max(figures, key=figures.get)
+    assert note.startswith(f"### sweep grid: best trial {client.get_run(best).info.run_name} "
+                           f"eval/macro_f1 {figures[best]:.4f} (train.lr=0.0001 "
+                           "train.max_steps=0, seed 3); 7 of 8 trials evaluated, 1 running\n")
+    assert (f"| train.lr=0.0001 train.max_steps=30 | 1 | {figures[leaked]:.4f} ± n/a | "
+            f"{figures[leaked]:.4f} |") in note
+    assert ("**verdict** B = train.lr=0.0001 train.max_steps=0, A = train.lr=2e-05 "
+            "train.max_steps=0: B - A accuracy +3.0 pt over 3 vs 3 seeds") in note
+    assert note.count("?workflowType=machine_learning) |") == 8  # every trial, linked
+    assert f"runs/{running}?workflowType=machine_learning) | train.lr=2e-05 " \
+           "train.max_steps=0 | 5 | n/a | RUNNING |" in note
+    ends = [client.get_run(r).info.end_time for r in ids + [leaked]]
+    assert parent.info.status == "FINISHED" and parent.info.end_time == max(ends)
+
+    # On demand: the same summary, shown, written again; an older one never overwrites it.
+    out = tmp_path / "sweep.json"
+    assert main(["sweep:grid", "--tracking-uri", uri, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "verdict: B = train.lr=0.0001 train.max_steps=0" in printed
+    assert "  trials  eval/macro_f1 mean ± sd   best\n" in printed
+    assert "train.lr=0.0001 train.max_steps=30       1  0.7392 ± n/a       0.7392\n" in printed
+    summary = json.loads(out.read_text())
+    assert summary["evaluated"] == 7 and len(summary["trials"]) == 8
+    older = {**summary, "evaluated": 3}
+    assert not sweep_summary.record(uri, older)
+    assert client.get_run(parent.info.run_id).data.metrics["sweep/trials"] == 7
+
+
+def test_one_recipe_gets_its_spread_and_no_verdict(store, tmp_path):
+    uri, client = store
+    gold, pred, _ = ranked(SLOW, FAST, rows=100)
+    ids = [trial(client, uri, tmp_path, "seeds", {"train.lr": "2e-05", "train.seed": seed},
+                 gold, p) for seed, p in enumerate(pred, 1)]
+    assert sweep_summary.after_trial(uri, ids[-1]).startswith("sweep seeds: 3 trial(s) ")
+    parent = client.get_run(sweeps.parent_run(uri, "wellfed", "seeds"))
+    assert parent.data.tags["wellfed.sweep.recipe_keys"] == "-"
+    assert "| (one recipe) | 3 |" in parent.data.tags["mlflow.note.content"]
+    assert "**verdict** one recipe: nothing in this sweep to compare it with" in \
+        parent.data.tags["mlflow.note.content"]
+    assert not [k for k in parent.data.metrics if k.startswith("vs_seeds/")]
+    # A run of no sweep: nothing to do; a store gone: a warning line, never an error.
+    exp = client.get_experiment_by_name("wellfed").experiment_id
+    assert sweep_summary.after_trial(uri, client.create_run(exp).info.run_id) == ""
+    assert sweep_summary.after_trial(uri, "0" * 32).startswith(
+        "WARNING: the sweep's summary was not updated (")
