@@ -39,9 +39,9 @@ test-fast: install      ## the fast tier: unit tests only (the same as a plain `
 	python -m pytest tests
 
 ui: install             ## MLflow UI over the project's store, on loopback only
-	@# workflowType in the #/ route: MLflow 3's UI opens its GenAI view without it (docs/mlflow.md, "In the UI")
-	@echo "open http://127.0.0.1:5000/#/experiments?workflowType=machine_learning (the Model training view)"
-	@echo "models: http://127.0.0.1:5000/#/models?workflowType=machine_learning (@champion: the best on the test split)"
+	@# the runs table in its headline view (eval/* columns, best first, Models with @champion), in
+	@# the Model training view: docs/mlflow.md, "In the UI"
+	@python -m wellfed.track.runs_view sqlite:///$(CURDIR)/mlflow.db
 	@echo "MLFLOW_DISABLE_TELEMETRY=$(MLFLOW_DISABLE_TELEMETRY): true keeps the UI's telemetry off, whatever Settings' 'Enable telemetry' shows (docs/privacy.md)"
 	mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1 --port 5000
 

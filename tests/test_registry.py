@@ -108,3 +108,19 @@ def test_the_run_note_says_where_the_version_stands():
     assert ("- **registry** [models:/demo-classifier/3](#/models/demo-classifier/versions/3"
             "?workflowType=machine_learning); `models:/demo-classifier@champion` stays version 2: "
             "this one scored eval/macro_f1 0.7000 ...") in note
+
+
+def test_the_alias_holders_run_is_tagged_and_the_tag_follows_the_alias(store):
+    """The runs table shows a run's registered version, not its aliases: the holder's run is
+    tagged `wellfed.alias`, and only it, also after the alias is pointed by hand."""
+    uri, client, version = store
+    v1, v2 = version(), version()
+    run_of = {v: client.get_model_version(NAME, v).run_id for v in (v1, v2)}
+    assert registry.mark_aliases(uri) == {}
+    registry.promote(uri, NAME, v1, ALIAS, METRIC, 0.80, SPLIT, "test")
+    assert registry.mark_aliases(uri) == {run_of[v1]: "@champion"}
+    client.set_registered_model_alias(NAME, ALIAS, v2)  # by hand
+    client.set_registered_model_alias(NAME, "staging", v2)
+    assert registry.mark_aliases(uri) == {run_of[v2]: "@champion @staging"}
+    assert registry.ALIAS_TAG not in client.get_run(run_of[v1]).data.tags
+    assert client.get_run(run_of[v2]).data.tags[registry.ALIAS_TAG] == "@champion @staging"

@@ -1,5 +1,6 @@
 """The evaluate stage's part of the MLflow run: the headline test figures (linked to the logged
-model and the split's dataset), one per-class table, the champion decision, the run note.
+model and the split's dataset), one per-class table, the champion decision, the run note, and
+the experiment's headline view of its runs table (track/runs_view.py), saved once.
 
 Per-class figures are one table artifact, not metric keys: a run's metric count stays the same
 whatever the number of classes (Banking77's 77 intents made 231 keys of 3 per class), and a
@@ -11,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from wellfed.track import registry, run_note, tracking, ui_links
+from wellfed.track import registry, run_note, runs_view, tracking, ui_links
 
 
 def table_file(task: str) -> str:
@@ -72,10 +73,12 @@ def record(run: dict, report: dict, figures: dict[str, float], task: str, labels
         metric = registry.headline(task)
         verdict = registry.promote(uri, run["registered_model"], run["model_version"], alias,
                                    metric, figures[metric], fingerprint, split)
+        registry.mark_aliases(uri)  # the runs table's alias column
     run_note.write(uri, run_id, task, labels, model=run, verdict=verdict,
                    evaluation={"split": split, "rows": report["rows"], "figures": figures,
                                "table": table_file(task)})
     experiment = mlflow.MlflowClient(uri).get_run(run_id).info.experiment_id
+    runs_view.save(uri, experiment, runs_view.ranked_first(list(figures)))  # once per experiment
     return verdict, ui_links.run(uri, experiment, run_id)
 
 

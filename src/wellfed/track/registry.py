@@ -144,6 +144,32 @@ def promote(uri: str, name: str, version: str | int, alias: str, metric: str, va
                    moves, why)
 
 
+ALIAS_TAG = "wellfed.alias"
+"""Run tag: the aliases its registered version holds (`@champion`), for the runs table's
+headline view, whose Models column names a run's version but not its aliases."""
+
+
+def mark_aliases(uri: str) -> dict[str, str]:
+    """Tag each run whose registered version holds an alias with them, and untag every other
+    run (the alias moved, or was pointed by hand); return run id -> tag."""
+    import mlflow
+
+    client = mlflow.MlflowClient(uri)
+    held: dict[str, list[str]] = {}
+    for model in client.search_registered_models(max_results=1000):
+        for alias, version in sorted(model.aliases.items()):
+            run_id = client.get_model_version(model.name, str(version)).run_id
+            held.setdefault(run_id, []).append(f"@{alias}")
+    marks = {run_id: " ".join(names) for run_id, names in held.items() if run_id}
+    ids = [e.experiment_id for e in client.search_experiments()]
+    for run in client.search_runs(ids, f"tags.`{ALIAS_TAG}` LIKE '@%'", max_results=1000):
+        if run.info.run_id not in marks:
+            client.delete_tag(run.info.run_id, ALIAS_TAG)
+    for run_id, mark in marks.items():
+        client.set_tag(run_id, ALIAS_TAG, mark)
+    return marks
+
+
 def local_files(uri: str, model_id: str | None):
     """The folder on this machine holding the files of logged model `model_id` as it was
     given them (serving.log_model's artifact `model`, a copy of data/model), or None: no model,

@@ -24,9 +24,17 @@ def base(tracking_uri: str) -> str:
     return LOCAL_UI
 
 
-def experiment(tracking_uri: str, experiment_id: str) -> str:
-    """The experiment's runs table."""
-    return f"{base(tracking_uri)}/#/experiments/{experiment_id}?{VIEW}"
+def experiment(tracking_uri: str, experiment_id: str, saved_view: str | None = None) -> str:
+    """The experiment's runs table; with `saved_view`, opened as that saved view has it (its
+    columns and order: wellfed.track.runs_view). The runs tab's own address: MLflow 3.17's UI
+    redirects `#/experiments/<id>` there and drops the saved view on the way."""
+    shown = f"viewStateShareKey={quote(saved_view, safe='')}&" if saved_view else ""
+    return f"{base(tracking_uri)}/#/experiments/{experiment_id}/runs?{shown}{VIEW}"
+
+
+def models(tracking_uri: str) -> str:
+    """The registered models' list, with each one's aliases (@champion)."""
+    return f"{base(tracking_uri)}/#/models?{VIEW}"
 
 
 def run(tracking_uri: str, experiment_id: str, run_id: str) -> str:
