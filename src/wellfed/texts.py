@@ -15,6 +15,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+class InputError(ValueError):
+    """Rows or columns a model cannot take: the caller's data, not a fault of the code (the
+    served model answers it with HTTP 400)."""
+
+
 TRUNCATED = "truncated"
 """The output column that flags a row cut to max_length tokens (predict, the served model)."""
 
@@ -28,10 +33,10 @@ def empty(texts: pd.Series, stripped: pd.Series | None = None) -> np.ndarray:
 
 
 def empty_error(where: str, row: int, count: int, fix: str,
-                column: str | None = None) -> ValueError:
+                column: str | None = None) -> InputError:
     """The one line for empty texts: the first one's data row (1-based), how many, the fix."""
     named = f" in column {column!r}" if column else ""
-    return ValueError(f"{where}: data row {row} has empty text{named} ({count} such "
+    return InputError(f"{where}: data row {row} has empty text{named} ({count} such "
                       f"row{'s' if count != 1 else ''}); {fix}")
 
 

@@ -128,8 +128,9 @@ def text_columns(frame: pd.DataFrame, spec: ModelSpec) -> list[pd.Series]:
             names = strings
     for name in names:
         if name not in frame.columns:
-            raise ValueError(f"input has no column {name!r} (columns: {list(frame.columns)}); "
-                             f"the model reads {list(spec.text_columns)}: rename the column")
+            raise rule.InputError(f"input has no column {name!r} (columns: "
+                                  f"{list(frame.columns)}); the model reads "
+                                  f"{list(spec.text_columns)}: rename the column")
     rule.check({name: frame[name] for name in names}, "input",
                "every row needs a text: fill it in or remove the row")
     return [frame[name].astype(str) for name in names]
@@ -238,7 +239,7 @@ def classifier_model():
         def predict(self, context, model_input: pd.DataFrame, params=None) -> pd.DataFrame:
             try:
                 return predict(self.predictor, pd.DataFrame(model_input))
-            except ValueError as err:  # the input's fault, in one line: a 400, not a 500
+            except rule.InputError as err:  # the input's fault, in one line: a 400
                 # MLflow's scoring server sends an MlflowException's message and code as they
                 # are; any other error becomes a generic 400 whose stack_trace carries this
                 # server's file paths to the client. `from None`: no chained traceback either.
