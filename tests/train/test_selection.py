@@ -128,7 +128,7 @@ def test_select_last_exports_the_final_step_as_before(job, tmp_path, monkeypatch
     assert sorted(sink.weights) == [16] and state.best.step == 8  # still recorded
     trained = driver.choose(sink.store, last)
     assert trained.chosen == trained.last
-    history = export.weights(trained, job.tokens_dir, tmp_path / "model", "", "")
+    history, _ = export.weights(trained, job.tokens_dir, tmp_path / "model", "", "")
     assert same(exported_weights(tmp_path / "model"), sink.weights[16])
     summary = reports.summarize(history, 1.0, SimpleNamespace(
         real_tokens_per_s=1, padding_efficiency=1, input_wait_share=0, mfu=0),
