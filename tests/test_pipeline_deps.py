@@ -82,7 +82,7 @@ def stages() -> dict:
 
 def test_every_stage_lists_the_modules_it_imports():
     found = stages()
-    assert len(found) == 5, sorted(found)
+    assert len(found) == 6, sorted(found)
     missing = missing_deps(found)
     assert not missing, "; ".join(f"dvc.yaml stage {s!r} imports {', '.join(m)} but does not list "
                                   "it in deps: add it" for s, m in missing.items())

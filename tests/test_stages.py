@@ -81,3 +81,32 @@ def test_tokenize_writes_the_same_bytes_wherever_the_project_is_and_says_so_in_s
     assert lines[0].startswith("[wellfed] tokenize train: 54 rows, ") and \
         "none cut at max_length 128; " in lines[0] and lines[0].endswith(" rows/s"), lines
     assert "%|" not in consoles[0] and "{'rows'" not in consoles[0]
+
+
+def test_the_check_stage_refuses_unknown_sections_and_keys_without_heavy_imports(tmp_path):
+    """stages/check.py (dvc.yaml's first stage): the whole params.yaml, every problem in one
+    line; it imports none of torch, Ray, MLflow, transformers or pandas, so it stays a fraction
+    of a second on every params change."""
+    params = yaml.safe_load((PROJECT / "params.yaml").read_text())
+    check = ("import runpy, sys; sys.argv = ['check.py', 'params.yaml']; "
+             f"runpy.run_path({str(PROJECT / 'stages' / 'check.py')!r}, run_name='__main__'); "
+             "print(sorted(m for m in ('torch', 'ray', 'mlflow', 'transformers', 'pandas') "
+             "if m in sys.modules))")
+
+    def run_check(values: dict):
+        (tmp_path / "params.yaml").write_text(yaml.safe_dump(values))
+        return subprocess.run([sys.executable, "-c", check], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=60)
+
+    ok = run_check(params)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.splitlines() == [
+        "[wellfed] params.yaml: every section and key known, every value valid", "[]"]
+    typos = {**params, "trian": {"lr": 0.1},
+             "ray": {**params["ray"], "num_worker": 2}, "train": {**params["train"], "lr": -1}}
+    bad = run_check(typos)
+    assert bad.returncode == 1 and bad.stdout == ""
+    (line,) = bad.stderr.strip().splitlines()
+    assert line.startswith("error: params.yaml: unknown section 'trian' (did you mean 'train'?)")
+    assert "unknown key 'ray.num_worker' (did you mean 'ray.num_workers'?)" in line
+    assert "train.lr" in line  # a bad value in a known key, in the same line

@@ -149,6 +149,31 @@ def test_second_repro_does_nothing_and_an_experiment_is_a_new_run(project):
     assert client.get_model_version("wellfed-classifier", "2").run_id == runs[1].info.run_id
 
 
+def test_a_params_typo_fails_before_any_stage_even_on_an_up_to_date_pipeline(project):
+    """The check stage (dvc.yaml) reads the whole params.yaml whenever it changes, and runs
+    first: a key no stage reads, added by `-S +...` or by hand, stops `dvc exp run` and
+    `dvc repro` with one line, though no other stage would have run."""
+    dest, _ = project
+    params = dest / "params.yaml"
+    before, runs_before = params.read_text(), len(mlflow_runs(dest)[1])
+    try:
+        exp = run(["dvc", "exp", "run", "-S", "+ray.num_worker=2"], dest, check=False)
+        out = exp.stdout + exp.stderr
+        assert exp.returncode != 0, out[-3000:]
+        errors = [line for line in out.splitlines() if line.startswith("error:")]
+        assert errors == ["error: params.yaml: unknown key 'ray.num_worker' (did you mean "
+                          "'ray.num_workers'?)"], out[-3000:]
+        assert "Running stage 'check'" in out and "Running stage 'prepare'" not in out
+        params.write_text(before.replace("train:\n", "trian:\n  lr: 0.1\ntrain:\n", 1))
+        again = run(["dvc", "repro"], dest, check=False)
+        assert again.returncode != 0
+        assert "error: params.yaml: unknown section 'trian' (did you mean 'train'?)" in again.stderr
+    finally:
+        params.write_text(before)
+    assert len(mlflow_runs(dest)[1]) == runs_before  # nothing trained
+    assert "Data and pipelines are up to date" in run(["dvc", "status"], dest).stdout
+
+
 def test_editing_a_module_evaluate_imports_marks_evaluate_changed(project):
     """dvc.yaml's deps are true (tests/test_pipeline_deps.py): a change to batching.py, which
     evaluate imports through the token-file gather, makes `dvc status` call evaluate changed."""
