@@ -68,6 +68,8 @@ def message(err: Exception) -> str | None:
     if isinstance(err, USER_ERRORS):
         return str(err)
     if isinstance(err, OSError):
+        if err.errno is None:  # not the system's: a library's own sentence (transformers: no
+            return str(err)    # such file in the model folder or the cache), said as it is
         where = f"{err.filename}: " if getattr(err, "filename", None) else ""
         return f"{where}{err.strerror or err}; check free disk space and permissions"
     return None

