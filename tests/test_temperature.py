@@ -92,6 +92,15 @@ def test_auto_applies_it_only_when_it_helps_and_changes_no_prediction(mode, befo
     assert apply is applied and says in why
 
 
+def test_auto_refuses_a_fit_stopped_at_its_bound():
+    """T at BOUNDS' edge: degenerate validation data (a one-class split fitted T = 20 and took
+    test ECE from 0.0102 to 0.0290), not a calibration."""
+    fitted = temperature.Fit(np.array([temperature.BOUNDS[1]]), 0.30, 0.05, 0)
+    apply, why = temperature.decide("auto", fitted)
+    assert not apply and why.startswith("the fit stopped at its bound 20: degenerate")
+    assert temperature.decide("temperature", fitted)[0]  # asked for by name: done
+
+
 def test_the_param_takes_three_values_and_defaults_to_auto():
     assert load_section({}, "train").calibrate == "auto"
     with pytest.raises(ValueError, match="train.calibrate must be one of auto, temperature, "
@@ -318,3 +327,20 @@ def test_the_temperature_folds_into_decoder_and_roberta_heads(arch):
     with torch.no_grad():
         after = dev.forward(model, batch, probe)
     torch.testing.assert_close(after, before / torch.tensor([1.5, 3.0]), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["auto", "temperature"])
+def test_a_one_class_validation_split_is_not_fitted_on(single, tokenizer, tmp_path, mode):
+    """data/coverage.py: one class says nothing of the others; the model is left as it was."""
+    val = token_file(tmp_path / "validation.arrow", tokenizer, single.rows[:60],
+                     np.full(60, 2, np.int64))
+    weights = (single.model_dir / "model.safetensors").read_bytes()
+    calibrated = temperature.calibrate_model(single.model_dir, val, 0, "single_label", mode)
+    assert calibrated.record == {"method": "none", "reason": "validation has one class (pos: 60 "
+                                                             "rows)"}
+    assert calibrated.line == (("WARNING: " if mode == "temperature" else "") +
+                               "calibration: not applied (validation has one class (pos: 60 "
+                               "rows): a temperature fitted there says nothing of the other "
+                               "classes)")
+    assert calibrated.tags == {"calibration.applied": "false"}
+    assert (single.model_dir / "model.safetensors").read_bytes() == weights

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from wellfed.config import PrepareConfig
-from wellfed.data import markers
+from wellfed.data import coverage, markers
 from wellfed.data.carve import carve
 from wellfed.data.cleaning import clean
 from wellfed.data.encoding import encoded_frames
@@ -99,6 +99,9 @@ def prepare_blocks(raw: dict[str, tuple[Blocks, str]], cfg: PrepareConfig, scrat
                             f"labels (data rows {group_list(rep.conflicts['first_rows'], n)}); "
                             "kept as they are (prepare.on_conflict: keep); set it to drop or "
                             "error")
+    for split in ("validation", "test"):  # can it judge a model: classes and rows enough
+        if split in reports and (found := coverage.gap(split, task, reports[split].labels)):
+            warnings.append(found.warning(wheres[split]))
     cross, shared = cross_split(outputs, wheres)
     warnings += shared
     if task != "regression":  # a negative number is a value there, not a marker

@@ -146,6 +146,9 @@ def decide(mode: str, fitted: Fit) -> tuple[bool, str]:
     """Whether to apply the fit under train.calibrate, and why, in words."""
     if mode == "temperature":
         return True, "train.calibrate: temperature"
+    if len(fitted.temperatures) == 1 and float(fitted.temperatures[0]) in BOUNDS:
+        return False, (f"the fit stopped at its bound {float(fitted.temperatures[0]):g}: "
+                       "degenerate validation data (train.calibrate: auto)")
     if fitted.changed:
         return False, (f"it would change {fitted.changed} prediction(s) (train.calibrate: auto "
                        "applies it only when none changes)")
@@ -231,9 +234,17 @@ def calibrate_model(model_dir: Path, data, pad_id: int, task: str, mode: str,
                           "calibration: off (train.calibrate: none)", threshold)
     from transformers import AutoModelForSequenceClassification
 
+    from wellfed.data import coverage
     from wellfed.evaluate.predictions import predict
 
     model_dir = Path(model_dir)
+    present = coverage.counts(task, data.labels, label_names(model_dir))
+    if (gap := coverage.gap("validation", task, present)) and gap.one_class:
+        asked = "WARNING: " if mode == "temperature" else ""
+        return Calibrated({**off, "reason": f"validation {gap.problem}"}, {
+            "calibration.applied": "false"}, f"{asked}calibration: not applied (validation "
+            f"{gap.problem}: a temperature fitted there says nothing of the other classes)",
+            threshold)
     if logits is None:
         device = torch.device("cuda" if dev.cuda_available() else "cpu")
         model = AutoModelForSequenceClassification.from_pretrained(model_dir)
@@ -269,6 +280,12 @@ def calibrate_model(model_dir: Path, data, pad_id: int, task: str, mode: str,
                "scores)" if moves and apply else "")
             + f"; {'applied' if apply else 'not applied'} ({why})")
     return Calibrated(record, tags, line, fitted.threshold if apply else threshold)
+
+
+def label_names(model_dir: Path) -> list[str]:
+    """The exported model's class (or label) names, in id order (its config.json's id2label)."""
+    id2label = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))["id2label"]
+    return [id2label[str(i)] for i in range(len(id2label))]
 
 
 def read(model_dir: Path) -> dict:
