@@ -14,7 +14,7 @@ from wellfed.compare import sweep_summary
 from wellfed.config import load_params
 from wellfed.data.token_files import TokenFile
 from wellfed.evaluate import files, predictions, scores, temperature
-from wellfed.outputs import atomic_path, write_json
+from wellfed.outputs import atomic_path, check_room, write_json
 from wellfed.track import eval_tracking, tracking
 from wellfed.use import serving
 
@@ -27,6 +27,12 @@ def main(tokens_dir, model_dir, run_json, validation_outputs, eval_dir, *, budge
     meta = json.loads((tokens / "meta.json").read_text())
     split = "test" if (tokens / "test.arrow").is_file() else "validation"
     data = TokenFile(tokens / f"{split}.arrow")
+    run = json.loads(Path(run_json).read_text())
+    # Before predicting: data/eval and a local MLflow store (which gets a copy) take the
+    # predictions (8 bytes a score) and the plots.
+    need = len(data) * (len(meta["labels"]) + 4) * 8 + 2_000_000
+    store = tracking.local_store(run["tracking_uri"])
+    check_room({out: need, **({store: need} if store else {})})
     names, spec = meta["labels"], serving.read_spec(model_dir)
     task, threshold = spec.task, spec.threshold
     outputs = predictions.from_training(Path(validation_outputs), data) \
@@ -47,7 +53,6 @@ def main(tokens_dir, model_dir, run_json, validation_outputs, eval_dir, *, budge
     with clock("predictions + plots"):
         metrics.update(files.write(out, data, outputs, names, task, threshold, metrics))
     write_json(out / "report.json", metrics)  # per-class scores, confusion matrix: the detail
-    run = json.loads(Path(run_json).read_text())
     figures = {f"eval/{k}": metrics[k] for k in scores.HEADLINE[task]}
     write_json(out / "metrics.json", figures)  # the DVC metrics: MLflow's names and values
     with clock("mlflow logging + champion"):

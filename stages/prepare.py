@@ -15,7 +15,7 @@ from wellfed.cli import stage
 from wellfed.config import load_params
 from wellfed.data import prepare, sources
 from wellfed.data.report import summary
-from wellfed.outputs import atomic_path, write_json
+from wellfed.outputs import atomic_path, check_room, write_json
 
 log = logging.getLogger("wellfed.prepare")
 
@@ -24,7 +24,7 @@ log = logging.getLogger("wellfed.prepare")
 def main(raw_dir, prepared_dir, report_json, *, budget):
     with budget.clock("params"):
         (cfg,) = load_params("params.yaml", "prepare")
-    raw = {}
+    raw, files = {}, []
     for split in ("train", "validation", "test"):
         name = getattr(cfg, split)
         if not name:
@@ -35,9 +35,15 @@ def main(raw_dir, prepared_dir, report_json, *, budget):
             raw[split] = (lambda frame=frame: [frame], f"hub:{cfg.hub_dataset}/{name}")
         else:
             path = Path(raw_dir) / name
+            files.append(path)
             raw[split] = (functools.partial(sources.iter_file, path, cfg.format, cfg.text_column,
                                             cfg.label_column, header=cfg.header,
                                             quoting=cfg.quoting), str(path))
+    # Before reading a row: the output folders and the temp folder take files and have room
+    # (the prepared splits and the first pass's copy are each about the raw files' size).
+    size = sum(path.stat().st_size for path in files if path.is_file())
+    check_room({Path(prepared_dir).parent: size, Path(report_json).parent: 0,
+                Path(tempfile.gettempdir()): size})
     # The first pass keeps the cleaned rows in the temp folder (about the raw data's size).
     with tempfile.TemporaryDirectory(prefix="wellfed-prepare-") as scratch, \
             budget.clock("read + clean + write"):

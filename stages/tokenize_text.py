@@ -14,7 +14,7 @@ from wellfed.data.fingerprint import split_fingerprint
 from wellfed.data.token_files import write_token_file
 from wellfed.data.tokenization import SplitTokenizer, stats_line
 from wellfed.model import load_tokenizer, resolve_source
-from wellfed.outputs import atomic_path, write_json
+from wellfed.outputs import atomic_path, check_room, write_json
 
 
 @stage
@@ -27,6 +27,10 @@ def main(prepared_dir, tokens_dir, stats_json, *, budget):
         tok_cfg, model_cfg = load_params("params.yaml", "tokenize", "model")
     prepared = Path(prepared_dir)
     label_info = json.loads((prepared / "labels.json").read_text())
+    # Before the tokenizer loads: room for the token files (~4x the prepared Parquet: the demo's
+    # 84 KB became 284 KB) and the tokenizer (~1 MB).
+    size = sum(path.stat().st_size for path in prepared.glob("*.parquet"))
+    check_room({Path(tokens_dir).parent: 4 * size + 2_000_000, Path(stats_json).parent: 0})
     with clock("tokenizer load"):
         tokenizer = load_tokenizer(resolve_source(model_cfg.name), model_cfg.trust_remote_code)
     # A pair for a model with token types (BERT-style): keep where the second segment starts.

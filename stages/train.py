@@ -39,7 +39,8 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir, *, budget):
             train_cfg=train_cfg, data_cfg=data_cfg, ray_cfg=ray_cfg,
             storage=Path(checkpoint_dir), uri=uri, experiment=mlflow_cfg.experiment,
             params=params, tags={**provenance.git_tags(Path.cwd()), **sweeps.tags(
-                uri, mlflow_cfg.experiment, mlflow_cfg.sweep)}, clock=clock)
+                uri, mlflow_cfg.experiment, mlflow_cfg.sweep)}, clock=clock,
+            outputs=(model_dir, out))
     except preemption.Stopped as stop:  # SIGTERM (SLURM, spot) or Ctrl-C: one line, 128 + signal
         print(f"[wellfed] {stop}", file=sys.stderr, flush=True)
         sys.exit(stop.exit_code)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -133,3 +135,20 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "/tests/e2e/" in str(item.fspath).replace("\\", "/"):
             item.add_marker(pytest.mark.e2e)
+
+
+@contextlib.contextmanager
+def read_only(folder: Path):
+    """`folder` unwritable, as a read-only mount or a folder of another user is: chattr +i for
+    root (whom permissions do not stop), chmod for anyone else."""
+    if os.geteuid() == 0:
+        if subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode:
+            pytest.skip("chattr +i is not permitted here: no way to make a folder read-only")
+        undo = ["chattr", "-i", str(folder)]
+    else:
+        folder.chmod(0o555)
+        undo = ["chmod", "755", str(folder)]
+    try:
+        yield
+    finally:
+        subprocess.run(undo, check=True)

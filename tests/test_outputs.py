@@ -128,3 +128,40 @@ def test_a_folder_that_cannot_be_written_is_one_line_naming_it_and_nothing_stays
             tmp.write_text("{")
             full(b"")
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_check_room_judges_a_folder_not_made_yet_by_the_one_above_and_sums_a_filesystem(
+        tmp_path, monkeypatch):
+    """outputs.check_room, a stage's preflight: a folder that does not exist yet is judged by the
+    nearest existing one (the write would make it there), and folders on one filesystem share
+    its free bytes; nothing is left behind by the probe."""
+    import errno
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    import pytest
+
+    from wellfed.outputs import WriteFault, check_room
+
+    (tmp_path / "data").mkdir()
+    check_room({tmp_path / "data" / "model" / "deep": 10, tmp_path / "data": 10})
+    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == []  # no probe left
+    real, original = shutil.disk_usage, tempfile.mkstemp
+    monkeypatch.setattr(shutil, "disk_usage",
+                        lambda path: real(path)._replace(free=15_000_000))
+    check_room({tmp_path / "data": 15_000_000})  # exactly the room there is
+    with pytest.raises(WriteFault, match=r"it has 15 MB free, and this stage will write about "
+                                         r"16 MB on its filesystem \(\[Errno 28\]"):
+        check_room({tmp_path / "data" / "model": 8_000_000, tmp_path / "data": 8_000_000})
+
+    def mkstemp(*args, dir=None, **kwargs):  # a folder of another user (errno 13)
+        if Path(dir) == tmp_path / "data":
+            raise OSError(errno.EACCES, "Permission denied", str(dir))
+        return original(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
+    with pytest.raises(WriteFault) as err:
+        check_room({tmp_path / "data" / "model": 0})
+    assert str(err.value) == (f"cannot write {tmp_path / 'data'}: it is not writable ([Errno 13] "
+                              "Permission denied); make it writable, then rerun `dvc repro`")

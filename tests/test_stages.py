@@ -110,3 +110,23 @@ def test_the_check_stage_refuses_unknown_sections_and_keys_without_heavy_imports
     assert line.startswith("error: params.yaml: unknown section 'trian' (did you mean 'train'?)")
     assert "unknown key 'ray.num_worker' (did you mean 'ray.num_workers'?)" in line
     assert "train.lr" in line  # a bad value in a known key, in the same line
+
+
+def test_an_unwritable_output_folder_stops_prepare_before_it_reads_a_row(tmp_path):
+    """The preflight (outputs.check_room) comes before the work: the output folder's line, not
+    the raw file's bad row that reading would have found first."""
+    from tests.conftest import read_only
+
+    write_tsv(tmp_path / "raw" / "train.tsv", [("x", "1"), ("", "0")])  # row 2: empty text
+    (tmp_path / "out").mkdir()
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"prepare": {"validation": "",
+                                                                      "test": ""}}))
+    with read_only(tmp_path / "out"):
+        proc = subprocess.run([sys.executable, str(PROJECT / "stages" / "prepare.py"), "raw",
+                               "out/prepared", "out/prepare.json"], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        "error: cannot write out: it is not writable ([Errno 1] Operation not permitted); make "
+        "it writable, then rerun `dvc repro`"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == []

@@ -31,9 +31,15 @@ def offline() -> bool:
 
 def cached(repo_id: str) -> bool:
     """Whether the local Hub cache holds `repo_id`'s config.json (it was loaded here before)."""
+    return cached_folder(repo_id) is not None
+
+
+def cached_folder(repo_id: str) -> Path | None:
+    """The cached snapshot folder of `repo_id` (its config.json's folder), or None."""
     from huggingface_hub import try_to_load_from_cache
 
-    return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    found = try_to_load_from_cache(repo_id, "config.json")
+    return Path(found).parent if isinstance(found, str) else None
 
 
 def cache_dir() -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -48,6 +49,35 @@ def hub_model(name: str) -> str:
         raise hub.not_available_offline(name)
     hub.check(name)
     return name
+
+
+def weight_bytes(source: str) -> int:
+    """About the bytes of the model's weights as training keeps them (fp32: a checkpoint's
+    model.pt, data/model): its weight files (safetensors, else .bin) where its folder (a local
+    one, or its Hub cache snapshot) has them, else 4 bytes a parameter estimated from its
+    config.json; 0 when the model is not on this machine yet. A preflight estimate
+    (train/preflight.py): bf16 files count half what fp32 training writes."""
+    folder = Path(source) if Path(source).is_dir() else hub.cached_folder(source)
+    if folder is None:
+        return 0
+    for pattern in ("*.safetensors", "*.bin"):
+        if files := [p for p in folder.glob(pattern) if p.is_file()]:
+            return sum(p.stat().st_size for p in files)
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return 0
+    config = config.get("text_config", config)
+    hidden = first_key(config, ("hidden_size", "n_embd", "d_model"), 0)
+    layers = first_key(config, ("num_hidden_layers", "n_layer", "num_layers"), 0)
+    inter = first_key(config, ("intermediate_size", "n_inner", "ffn_dim"), 4 * hidden)
+    # embeddings + per layer the 4 attention matrices and the 2 MLP ones (MiniLM: 22.3M of 22.7M)
+    params = config.get("vocab_size", 0) * hidden + layers * (4 * hidden ** 2 + 2 * hidden * inter)
+    return 4 * params
+
+
+def first_key(config: dict, names: tuple[str, ...], default: int) -> int:
+    return next((int(config[n]) for n in names if config.get(n) is not None), default)
 
 
 def load_tokenizer(source: str, trust_remote_code: bool = False):

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import tempfile
 import uuid
 from pathlib import Path
 from typing import Iterator
@@ -39,15 +40,54 @@ def unwritable(err: BaseException) -> bool:
     return isinstance(err, OSError) and err.errno in UNWRITABLE
 
 
-def write_fault(folder, err: OSError, then: str) -> OSError:
-    """`err` as a WriteFault naming `folder` and the fix, then `then` (what to rerun); an error
-    that is not about room or access comes back as it is."""
+def write_fault(folder, err: OSError, then: str, state: str | None = None) -> OSError:
+    """`err` as a WriteFault naming `folder` (which `state`: by default what `err` says of
+    it) and the fix, then `then` (what to rerun); an error that is not about room or access
+    comes back as it is."""
     if not unwritable(err) or isinstance(err, WriteFault):
         return err
     fix = ("free some space (what each run keeps and how to remove it: README, \"Faults and "
            "resume\")" if err.errno in (errno.ENOSPC, errno.EDQUOT) else "make it writable")
-    return WriteFault(err.errno, f"cannot write {folder}: it {UNWRITABLE[err.errno]} ([Errno "
-                                 f"{err.errno}] {err.strerror}); {fix}, {then}")
+    return WriteFault(err.errno, f"cannot write {folder}: it {state or UNWRITABLE[err.errno]} "
+                                 f"([Errno {err.errno}] {err.strerror}); {fix}, {then}")
+
+
+RERUN = "then rerun `dvc repro`"
+
+
+def check_room(places: dict, then: str = RERUN) -> None:
+    """Before a stage's first expensive step: every folder it will write into (`places`: folder
+    -> the bytes it will get there, an estimate) takes a file, and every filesystem among them
+    has room for what its folders will get together. A folder not made yet is judged by the
+    nearest one above it, which the write would create it in. Raises the first problem's
+    WriteFault line (the one a failed write would raise later, after the work)."""
+    wanted: dict[int, list] = {}
+    for folder, need in places.items():
+        existing = Path(folder).absolute()
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        try:
+            fd, probe = tempfile.mkstemp(prefix=".wellfed-probe-", dir=existing)
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as err:
+            raise write_fault(shown(existing), err, then) from None
+        place = wanted.setdefault(os.stat(existing).st_dev, [existing, 0])
+        place[1] += int(need)
+    for existing, need in wanted.values():
+        free = shutil.disk_usage(existing).free
+        if need > free:
+            raise write_fault(shown(existing), OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)),
+                              then, f"has {free / 1e6:,.0f} MB free, and this stage will write "
+                                    f"about {need / 1e6:,.0f} MB on its filesystem")
+
+
+def shown(path: Path) -> str:
+    """`path` relative to the working directory where it is under it (`data`), else whole."""
+    try:
+        return str(path.relative_to(Path.cwd())) or "."
+    except ValueError:
+        return str(path)
 
 
 # `.<name>.tmp-<pid>-<hex>` (being built) and `.<name>.old-<pid>-<hex>` (the output it replaces,
@@ -103,7 +143,7 @@ def atomic_path(final: str | Path, is_dir: bool = False) -> Iterator[Path]:
     """Yield a temporary path next to `final`; on success replace `final` with it. Staging
     copies of `final` left by a killed process are removed first, and said so."""
     final = Path(final)
-    then = "then rerun `dvc repro`"
+    then = RERUN
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:

@@ -4,7 +4,6 @@ output folder, and an error no retry can fix."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -19,6 +18,7 @@ import psutil
 import pytest
 import yaml
 
+from tests.conftest import read_only
 from tests.e2e.pipeline import env, make_project, mlflow_runs, run
 
 pytestmark = pytest.mark.e2e
@@ -214,36 +214,32 @@ def test_a_killed_driver_resumes_on_rerun_into_the_same_mlflow_run(base, tmp_pat
     assert train["train/rows"] == 4 * 600
 
 
-@contextlib.contextmanager
-def read_only(folder: Path):
-    """`folder` unwritable, as a read-only mount or a folder of another user is: chattr +i for
-    root (whom permissions do not stop), chmod for anyone else."""
-    if os.geteuid() == 0:
-        if subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode:
-            pytest.skip("chattr +i is not permitted here: no way to make a folder read-only")
-        undo = ["chattr", "-i", str(folder)]
-    else:
-        folder.chmod(0o555)
-        undo = ["chmod", "755", str(folder)]
-    try:
-        yield
-    finally:
-        subprocess.run(undo, check=True)
-
-
-def test_a_read_only_data_folder_fails_in_one_line_and_the_rerun_only_exports(base, tmp_path):
-    """Training done, `data/` unwritable: one line naming the folder and the fix, no
-    `data/.model.tmp-*`, the MLflow run FAILED; fixed, the rerun resumes the run, trains
-    nothing, exports, and counts both processes' seconds. Then what a completed run keeps."""
-    project = fresh(base, tmp_path, ray={"num_workers": 1})
+def test_a_read_only_data_folder_fails_before_training_or_at_the_export_and_the_rerun_exports(
+        base, tmp_path):
+    """`data/` unwritable from the start: one line naming the folder and the fix, before any
+    step or MLflow run (it used to train all steps first). Made unwritable while training: the
+    export's same line, no `data/.model.tmp-*`, the MLflow run FAILED; fixed, the rerun resumes
+    the run, trains nothing, exports, and counts both processes' seconds. Then what a completed
+    run keeps."""
+    project = fresh(base, tmp_path, train={"epochs": 3}, ray={"num_workers": 1})
     checkpoints = tmp_path / "ckpt"  # outside data/: training checkpoints, the export cannot write
     train = [*TRAIN[:-1], str(checkpoints)]
+    line = ("error: cannot write data: it is not writable ([Errno 1] Operation not permitted); "
+            "make it writable, then rerun `dvc repro`")
     with read_only(project / "data"):
         proc = run(train, project, check=False, timeout=600)
-        assert proc.returncode == 1, proc.stderr[-3000:]
-        assert proc.stderr.strip().splitlines()[-1] == (
-            "error: cannot write data: it is not writable ([Errno 1] Operation not permitted); "
-            "make it writable, then rerun `dvc repro`")
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == line, proc.stderr
+    assert "[wellfed] step " not in proc.stdout and not (project / "mlflow.db").exists()
+    assert not list(checkpoints.glob("wf-*/*-in_process"))  # no launch: nothing trained
+    started = subprocess.Popen(train, cwd=project, env=env(), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while not list(checkpoints.glob("wf-*/*/checkpoint_*/registered")):  # training under way
+        assert started.poll() is None and time.time() < deadline, started.communicate()
+        time.sleep(0.05)
+    with read_only(project / "data"):
+        _, err = started.communicate(timeout=600)
+        assert started.returncode == 1 and err.strip().splitlines()[-1] == line, err[-3000:]
         assert not list((project / "data").glob(".model*")) and not (project / "data" / "model").exists()
     _, runs = mlflow_runs(project)
     assert len(runs) == 1 and runs[0].info.status == "FAILED"
@@ -256,7 +252,7 @@ def test_a_read_only_data_folder_fails_in_one_line_and_the_rerun_only_exports(ba
     assert len(runs) == 1 and runs[0].info.status == "FINISHED"
     metrics = json.loads((project / "data" / "train" / "metrics.json").read_text())
     assert metrics["train/seconds"] > first > 0  # both processes count
-    assert metrics["train/rows"] == 600
+    assert metrics["train/rows"] == 3 * 600
     # Completed: the exported checkpoint only, no optimizer state, its weights hard links to
     # the MLflow model's files; the stage says what it leaves.
     (kept,) = [p for p in checkpoints.glob("wf-*/*/checkpoint_*") if p.is_dir()]

@@ -37,6 +37,20 @@ def tracking_uri(configured: str, project_root: str | Path) -> str:
     return f"sqlite:///{root / 'mlflow.db'}"
 
 
+def local_store(uri: str) -> Path | None:
+    """The folder on this machine that a local store writes into (a sqlite database's folder,
+    where the default artifact root `mlruns/` is made too; a file store's folder), for a
+    stage's preflight; None for a tracking server or another remote store."""
+    from urllib.parse import unquote, urlparse
+
+    if uri.startswith("sqlite:///"):
+        return Path(uri[len("sqlite:///"):]).parent
+    parsed = urlparse(uri)
+    if parsed.scheme in ("", "file"):
+        return Path(unquote(parsed.path))
+    return None
+
+
 # The experiment's kind for MLflow 3's UI: its JS bundle (mlflow/server/js) maps
 # custom_model_development to "Machine learning" (runs, metrics, models) and genai_development to
 # the GenAI view (traces). MLflow 3.17's sidebar switch (GenAI | Model training) overrides the

@@ -22,13 +22,15 @@ from wellfed import tasks
 from wellfed.cli import StageError
 from wellfed.cluster import connect, local_token_auth
 from wellfed.config import DataConfig, ModelConfig, RayConfig, TrainConfig
+from wellfed.data import coverage
 from wellfed.data.token_files import TokenFile
 from wellfed.telemetry.phases import Phases
 from wellfed.track import tracking
 from wellfed.train import failures, preemption, runs, selection
 from wellfed.train.mlflow_run import derived_tags, marked_failed, open_run
 from wellfed.train.placement import SHARED_GPUS, fit_placed, placed, queued
-from wellfed.train.preflight import check_request, check_resources, in_process, local_gpu
+from wellfed.train.preflight import (check_outputs, check_request, check_resources, in_process,
+                                     local_gpu)
 from wellfed.train.runs import kept_while_running, latest_step, planned_steps
 from wellfed.train.state import Best
 from wellfed.train.store import Entry, Store
@@ -247,11 +249,14 @@ def fit_on_ray(job: TrainJob, run: runs.Run, store: Store, resume: Entry | None,
 def fit(*, tokens_dir: Path, model_source: str, labels: list[str], pad_id: int, task: str,
         model_cfg: ModelConfig, train_cfg: TrainConfig, data_cfg: DataConfig, ray_cfg: RayConfig,
         storage: Path, uri: str, experiment: str, params: dict, tags: dict,
-        clock: Phases | None = None) -> tuple[Trained, str, dict]:
+        clock: Phases | None = None,
+        outputs: tuple[Path, Path] | None = None) -> tuple[Trained, str, dict]:
     """Train, in this process (one local worker) or on Ray Train; return (the checkpoints to
     export, MLflow run id, run info: storage, name, and `seconds_before`, the training seconds
     of the run's earlier processes). `clock` gets the seconds of the MLflow run's start, of
-    training and, on Ray, of Ray's start and stop."""
+    training and, on Ray, of Ray's start and stop. `outputs` (the stage's model folder and
+    reports folder) are checked for access and room before anything trains, with the
+    checkpoint storage and a local MLflow store (train/preflight.py)."""
     clock = clock or Phases()
     local_token_auth(ray_cfg)
     from wellfed.train.loop import TrainJob
@@ -265,7 +270,13 @@ def fit(*, tokens_dir: Path, model_source: str, labels: list[str], pad_id: int, 
     tasks.loss_weights(task, train_cfg.class_weights,
                        TokenFile(tokens_dir / "train.arrow").labels, list(labels))
     selection.resolve(train_cfg.select_metric, task)  # a figure this task has, in one line
+    validation = tokens_dir / "validation.arrow"  # can it pick a checkpoint: said before training
+    if gap := coverage.gap("validation", task, coverage.counts(
+            task, TokenFile(validation).labels, list(labels))):
+        print(f"[wellfed] WARNING: {gap.warning(str(validation))}", flush=True)
     store = Store(run.storage_uri, run.name)
+    if outputs is not None:
+        check_outputs(job, store, outputs, tracking.local_store(uri))
     resume, damage = store.recover()
     if damage:
         print(damage, flush=True)

@@ -27,8 +27,13 @@ def open_run(run: runs.Run, uri: str, experiment: str, params: dict, tags: dict,
         where = "" if resume else ": no good checkpoint was left, starting from step 0"
         print(f"[wellfed] resuming interrupted run {run.name} (MLflow run {run_id}){where}"
               f"{world_size_change(uri, run_id, derived)}", flush=True)
-    with marked_failed(uri, run_id):  # a read-only checkpoint folder, say
+    try:
         runs.write_run_file(run.storage_uri, run.name, run_id, complete=False)
+    except BaseException:
+        if run.resume_id != run_id:  # no run file names it, so no rerun could resume it: an
+            forget(uri, run_id)      # empty FAILED run would stay beside the rerun's
+        raise
+    with marked_failed(uri, run_id):
         storage.mkdir(parents=True, exist_ok=True)
         backlog = storage.resolve() / f".{run.name}.mlflow-backlog.jsonl"  # the driver's node
         flush_backlog(uri, run_id, backlog)  # left by an interrupted run: log it before resuming
@@ -66,6 +71,15 @@ def derived_tags(job: TrainJob, run: runs.Run, ray_cfg: RayConfig, use_gpu: bool
             "derived.accumulation_steps": job.train.accumulation_steps(ray_cfg.num_workers),
             "derived.model_source": job.model_source, "derived.run_name": run.name,
             "derived.storage": run.storage_uri, "derived.engine": engine}
+
+
+def forget(uri: str, run_id: str) -> None:
+    """Delete an MLflow run that holds nothing yet (MLflow's deleted state: `mlflow gc` purges
+    it, `mlflow runs restore` brings it back); MLflow down: the stage's own error says more."""
+    import mlflow
+
+    with contextlib.suppress(Exception):
+        mlflow.MlflowClient(uri).delete_run(run_id)
 
 
 @contextlib.contextmanager

@@ -1,11 +1,17 @@
 """Before Ray starts: what the request asks for, whether this machine or cluster can place it,
-and which engine runs it (in this process, or on Ray Train)."""
+whether every folder the run writes into takes its files, and which engine runs it (in this
+process, or on Ray Train)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from wellfed import cluster
 from wellfed.cluster import cluster_address
 from wellfed.config import RayConfig, TrainConfig
+from wellfed.outputs import check_room
+
+REPORTS_BYTES = 2_000_000  # data/train: history CSVs, plots, diagnosis (~0.3 MB on the demo)
 
 
 def check_resources(ray_cfg: RayConfig, use_gpu: bool, nodes: list[dict] | None = None,
@@ -64,3 +70,35 @@ def in_process(ray_cfg: RayConfig) -> bool:
     (train/local.py), without Ray Train's ~21 s start and stop."""
     return (ray_cfg.in_process == "auto" and ray_cfg.num_workers == 1
             and not cluster_address(ray_cfg))
+
+
+def check_outputs(job, store, outputs: tuple[Path, Path], mlflow_folder: Path | None) -> None:
+    """Before the MLflow run opens and anything trains: every folder the run writes into takes
+    a file and has room for it (outputs.check_room), or the stage stops with the line a failed
+    write would give after the training (a read-only data/ cost 90 s of training first). The
+    bytes are estimates from the model's weights (model.weight_bytes): a checkpoint holds them
+    and, full fine-tuning, AdamW's two moments (3x; LoRA ~1x) -- the checkpoints still to come
+    under train.keep_checkpoints, in the store (a local one); the exported model beside
+    `outputs`' model folder; the MLflow store's copy of it (a local one); the reports."""
+    from wellfed.model import weight_bytes
+    from wellfed.train.runs import kept_while_running, planned_steps
+
+    weights = weight_bytes(job.model_source)
+    steps, every = planned_steps(job), job.train.checkpoint_every
+    planned = -(-steps // every) if every else 1  # every N steps, and always the last one
+    done = len(store.entries())
+    keep = kept_while_running(job.train)
+    coming = max(1, planned - done if keep is None else min(planned, keep + 2) - min(done, keep + 1))
+    places: dict[Path, int] = {}
+
+    def add(folder: Path, count: int) -> None:
+        places[folder] = places.get(folder, 0) + count
+
+    if store.renames:  # a local folder (NFS too); an object store's room is not ours to know
+        add(Path(store.dir).parent, coming * weights * (1 if job.model.lora_r else 3))
+    model_dir, reports = outputs
+    add(model_dir.parent, weights)  # built beside data/model, renamed into place
+    add(reports, REPORTS_BYTES)
+    if mlflow_folder is not None:
+        add(mlflow_folder, weights)
+    check_room(places)

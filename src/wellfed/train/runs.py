@@ -113,7 +113,10 @@ def prepare_storage(storage_uri: str, name: str) -> str | None:
         if not saved.get("complete"):
             return saved.get("mlflow_run_id")
     if staging.exists(fs, f"{root}/{name}"):
-        fs.delete_dir(f"{root}/{name}")  # a completed run re-run on purpose: start fresh
+        try:
+            fs.delete_dir(f"{root}/{name}")  # a completed run re-run on purpose: start fresh
+        except OSError as err:
+            raise write_fault(root, err, "then rerun `dvc repro`") from None
     return None
 
 
