@@ -252,7 +252,7 @@ def test_a_rerun_in_process_resumes_from_the_checkpoint_before_a_damaged_one(job
     capsys.readouterr()
     again, again_id, info = fit(job, tmp_path)  # the run file still says incomplete: a resume
     out = capsys.readouterr().out.splitlines()
-    assert [line for line in out if "damaged" in line] == [
+    assert [line for line in out if line.startswith("[wellfed] damaged")] == [
         f"[wellfed] damaged checkpoint {newest}: model.pt has 1,000 bytes, its manifest says "
         f"{size:,}; moved aside, resuming from {before.path} (step 12)"]
     assert "[wellfed] resuming from step 12 of 16 (epoch 0, batch 12)" in out
@@ -261,15 +261,35 @@ def test_a_rerun_in_process_resumes_from_the_checkpoint_before_a_damaged_one(job
 
 
 def test_a_rerun_with_no_good_checkpoint_starts_from_step_0_and_says_so(job, tmp_path, capsys):
-    trained, _, _ = fit(job, tmp_path)
+    """The restart's steps are shown like any other, MLflow keeps each step once with the value
+    the restart computes again (same seed, batches, per-step RNG), and the damaged checkpoints
+    go as soon as the restart's first checkpoint stands in for them."""
+    import mlflow
+
+    trained, run_id, _ = fit(job, tmp_path)
     for entry in trained.store.entries():
         Path(entry.path, checkpoint.MANIFEST).write_text("{")  # unreadable
     capsys.readouterr()
-    again, _, _ = fit(job, tmp_path)
+    again, again_id, _ = fit(job, tmp_path)
     out = capsys.readouterr().out
     assert ("no good checkpoint is left: starting from step 0" in out
             and ": no good checkpoint was left, starting from step 0" in out)
     assert steps_in(again, "02-in_process") == [4, 8, 12, 16]
+    lines = out.splitlines()
+    assert "[wellfed] steps up to 16 are redone (a resume or restart from an earlier " \
+           "checkpoint): shown, and kept in MLflow as first logged, once each" in lines
+    shown = [line.split()[2] for line in lines if line.startswith("[wellfed] step ")]
+    assert shown[0] == "4/16" and shown[-1] == "16/16"  # the first report is shown at once
+    (removed,) = [line for line in lines if "damaged checkpoint(s)" in line]
+    assert removed.endswith("MB): checkpoint_000004 stands in for them")
+    assert lines.index(removed) < lines.index(next(x for x in lines if "step 16/16" in x))
+    assert not list(Path(again.store.dir).glob("damaged-*"))
+    history = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").get_metric_history(
+        again_id, "train/loss")
+    assert again_id == run_id and [m.step for m in history] == list(range(1, 17))
+    redone = {r["step"]: r["loss"] for r in again.store.state(again.last).history}
+    assert [m.value for m in history] == pytest.approx([redone[s] for s in range(1, 17)],
+                                                       rel=1e-6)
 
 
 @pytest.mark.e2e  # starts Ray once: ~1-2 min on 2 busy cores

@@ -72,8 +72,10 @@ class MlflowCallback:
     """Logs every report into the one MLflow run (in this process, or in the Ray Train
     controller).
 
-    Ray can re-deliver a report around a worker restart; steps at or below the last logged step
-    are skipped, so the run's history never repeats or goes back.
+    Ray can re-deliver a report around a worker restart, and a resume or a restart from step 0
+    (every checkpoint damaged) redoes steps the run's history already holds: steps at or below
+    the last logged step are shown but not logged again, so the history never repeats or goes
+    back. The redone values are the logged ones: the same seed, batches and per-step RNG.
     """
 
     def __init__(self, uri: str, run_id: str, backlog: str, background: bool = False):
@@ -83,6 +85,7 @@ class MlflowCallback:
         self.started = time.time()
         self.unsent: list[Metric] = []
         self.down_since: float | None = None
+        self.redoing = False
         # In-process, the reports come from the training thread itself: a background sender
         # keeps MLflow's write (a sqlite commit, ~10-50 ms here) out of the steps; `drain`
         # waits for it where order matters (a checkpoint is registered after its steps).
@@ -165,10 +168,19 @@ class MlflowCallback:
                 self._log_worker_choices(reports)
             except Exception:
                 pass  # params are logged again at the end of the stage
+        scalars = interval_metrics(reports)
+        scalars.update(reports[0].get("val", {}))
         records = [r for r in reports[0]["records"] if r["step"] > self.last_step]
-        if not records:
-            return
+        if records:
+            self._log(reports, records, scalars)
+        elif not self.redoing:  # shown, not logged again: the same seed and batches redo them
+            self.redoing = True
+            print(f"[wellfed] steps up to {self.last_step} are redone (a resume or restart from "
+                  "an earlier checkpoint): shown, and kept in MLflow as first logged, once each",
+                  flush=True)
+        self._progress(reports[0], reports[0]["records"][-1], scalars)
 
+    def _log(self, reports: list[dict], records: list[dict], scalars: dict) -> None:
         now = int(time.time() * 1000)
         batch = []
         for rec in records:
@@ -178,12 +190,9 @@ class MlflowCallback:
             if rec.get("skipped"):  # fp16 overflow: the GradScaler skipped this step
                 batch.append(Metric("train/skipped_step", 1.0, now, rec["step"]))
         step = records[-1]["step"]
-        scalars = interval_metrics(reports)
-        scalars.update(reports[0].get("val", {}))
         batch += [Metric(k, float(v), now, step) for k, v in scalars.items()]
         self._hand_over(batch, worker_time_tag(reports))
         self.last_step = step
-        self._progress(reports[0], records[-1], scalars)
 
     def _log_worker_choices(self, reports: list[dict]) -> None:
         """What the workers decided on their device: precision (and why), padding, device names,

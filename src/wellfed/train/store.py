@@ -8,8 +8,8 @@ storage (a pyarrow.fs URI), the same for both engines (in-process and Ray Train)
         checkpoint_000040/                complete: train/checkpoint.py's files + manifest.json,
                                           and `registered` once its report reached the driver
         .checkpoint_000050.tmp-<hex>/     being written: never read, removed by the next launch
-      damaged-02-checkpoint_000050/       failed its check on a resume: moved aside, kept until
-                                          the run completes
+      damaged-02-checkpoint_000050/       failed its check on a resume: moved aside, removed
+                                          once the next checkpoint is registered
 
 A checkpoint is written under a temporary name, its manifest (every file's size and sha256)
 last, and renamed when complete, so a folder named `checkpoint_*` is whole unless something
@@ -45,7 +45,7 @@ from typing import Iterator
 import pyarrow.fs as pafs
 
 from wellfed.data import staging
-from wellfed.disk import file_sha256, link_tree
+from wellfed.disk import file_sha256, link_tree, usage
 from wellfed.outputs import write_fault
 from wellfed.train import checkpoint
 from wellfed.train.state import TrainState
@@ -145,12 +145,27 @@ class Store:
         return found[-1] if found else None
 
     def register(self, path: str) -> None:
-        """The driver has the report of the checkpoint at `path` (its steps are in MLflow)."""
+        """The driver has the report of the checkpoint at `path` (its steps are in MLflow); a
+        good checkpoint now stands in for any damaged ones moved aside: they go."""
         try:
             self._write_json(f"{path}/{checkpoint.REGISTERED}", {"at": time.time()})
         except OSError as err:
             raise write_fault(self.dir, err, "then rerun `dvc repro` to resume from the last "
                               "checkpoint") from None
+        self._drop_damaged(path)
+
+    def _drop_damaged(self, good: str) -> None:
+        """Remove the damaged checkpoints `recover` moved aside (kept until then to be looked
+        at: 737 MB of them stayed until the run completed) and say what was freed."""
+        damaged = [i.path for i in self._children(self.dir) if i.base_name.startswith("damaged-")]
+        if not damaged:
+            return
+        sizes = usage({path: Path(path) for path in damaged}) if self.renames else {}
+        for path in damaged:
+            self.fs.delete_dir(path)
+        freed = f" ({sum(sizes.values()) / 1e6:,.1f} MB)" if sizes else ""
+        print(f"[wellfed] removed the damaged checkpoint(s) moved aside{freed}: "
+              f"{good.rsplit('/', 1)[-1]} stands in for them", flush=True)
 
     def registered(self, entry: Entry) -> bool:
         return staging.exists(self.fs, f"{entry.path}/{checkpoint.REGISTERED}")
