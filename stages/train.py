@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from wellfed import watchdog
 from wellfed.cli import one_line, stage
 from wellfed.config import SECTIONS, flatten, load_params
 from wellfed.model import resolve_source
@@ -16,7 +17,7 @@ from wellfed.outputs import write_json
 from wellfed.telemetry import diagnosis
 from wellfed.telemetry.phases import split_train
 from wellfed.track import provenance, registry, run_note, sweeps, tracking, ui_links
-from wellfed.train import driver, export, preemption, reports
+from wellfed.train import driver, export, orphan, preemption, reports
 from wellfed.train.mlflow_run import marked_failed
 
 
@@ -44,6 +45,10 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir, *, budget):
     except preemption.Stopped as stop:  # SIGTERM (SLURM, spot) or Ctrl-C: one line, 128 + signal
         print(f"[wellfed] {stop}", file=sys.stderr, flush=True)
         sys.exit(stop.exit_code)
+    except orphan.Recorded as done:  # finished after its dvc had gone: dvc records it now
+        print(f"[wellfed] {done}")
+        return
+    watchdog.finish_when_orphaned()  # dvc gone from here on: the outputs are seconds away
     with marked_failed(uri, run_id):  # the stage fails after training: so does the MLflow run
         history, outputs = export.export(trained, tokens, meta, train_cfg, model_dir, uri, run_id,
                                          clock)

@@ -79,7 +79,8 @@ def test_no_network_and_not_cached_fails_in_one_line_without_retries(tmp_path):
     assert proc.returncode == 1
     (line,) = proc.stderr.strip().splitlines()  # no "Retrying in 1s" lines before it
     assert line.startswith(f"error: model.name: 'someorg/some-model' is not in the Hugging Face "
-                           f"cache ({tmp_path / 'cache'}) and the Hugging Face Hub (http://127.0.0.1:")
+                           f"cache ({tmp_path / 'cache'}) and the Hugging Face Hub "
+                           "(http://127.0.0.1:")
     assert "cannot be reached (ConnectError:" in line and "connect this machine" in line
     assert "disk space" not in line
 

@@ -15,7 +15,7 @@ import tempfile
 import traceback
 from pathlib import Path
 
-from wellfed import privacy
+from wellfed import privacy, watchdog
 from wellfed.outputs import WriteFault
 
 
@@ -171,6 +171,7 @@ def guarded(call, name: str | None = None) -> None:
     one line (exit 1) and Ctrl-C as one line (exit 130)."""
     privacy.apply()  # before mlflow and ray are imported (the stages import them lazily)
     console()
+    watchdog.watch()  # under dvc: stop (checkpointing) if dvc goes away
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         call()

@@ -185,6 +185,41 @@ def test_a_killed_worker_resumes_from_its_checkpoint_without_repeating_steps(bas
     assert train["train/rows"] == 4 * 600
 
 
+def test_a_driver_killed_outright_leaves_no_ray_process_behind(base, tmp_path):
+    """SIGKILL to the train stage alone (the OOM killer's way) on Ray Train under dvc: no
+    cleanup runs in it, the raylet dies with it, and the reaper in the daemons' process group
+    (train/preemption.py) ends the rest: Ray's DashboardAgent and RuntimeEnvAgent outlived the
+    driver by 1.5 to 3 minutes before."""
+    project = fresh(base, tmp_path, train={"epochs": 4})
+    proc = subprocess.Popen(["dvc", "repro", "train"], cwd=project, env=env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    wait_for_checkpoint(project, proc)
+    (stage,) = [p for p in psutil.Process(proc.pid).children(recursive=True)
+                if "stages/train.py" in " ".join(p.cmdline())]
+    tree = stage.children(recursive=True)
+    names = " ".join(" ".join(p.cmdline()) for p in tree)
+    assert "DashboardAgent" in names and "RuntimeEnvAgent" in names, names
+    killed = time.time()
+    stage.kill()
+    proc.communicate(timeout=120)
+
+    def alive() -> list[str]:
+        left = []
+        for p in tree:
+            try:
+                if p.status() != psutil.STATUS_ZOMBIE:
+                    left.append(" ".join(p.cmdline()))
+            except psutil.NoSuchProcess:
+                pass
+        return left
+
+    while alive() and time.time() < killed + 30:
+        time.sleep(0.5)
+    assert not alive(), alive()
+    print(f"\nevery Ray process of the run gone {time.time() - killed:.1f} s after the SIGKILL")
+
+
 def test_a_killed_driver_resumes_on_rerun_into_the_same_mlflow_run(base, tmp_path):
     project = fresh(base, tmp_path, train={"epochs": 4})
     proc = subprocess.Popen(["dvc", "repro", "train"], cwd=project, env=env(),

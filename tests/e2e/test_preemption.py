@@ -227,6 +227,66 @@ def test_a_second_signal_stops_at_once_keeping_the_last_checkpoint(base, tmp_pat
     assert seconds < 15  # at once: no step finished, no Ray shutdown waited for
 
 
+@pytest.mark.e2e
+def test_dvc_killed_alone_stops_its_train_stage_at_a_checkpoint_and_the_rerun_resumes(
+        base, tmp_path):
+    """SIGTERM to dvc's pid only (not its group): dvc exits at once; the stage notices within a
+    second (wellfed/watchdog.py), checkpoints and stops as on its own SIGTERM, instead of
+    training on to a model version no dvc.lock records. The rerun resumes it: one MLflow run,
+    every step once."""
+    project = fresh(base, tmp_path, ray={"num_workers": 1})
+    proc = start_repro(project)
+    wait_for_logged_step(project, proc, 10)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=300)  # the pipe closes when the stage has exited
+    gone = [line for line in out.splitlines() if "is gone: stopping this stage" in line]
+    assert len(gone) == 1 and gone[0].startswith(f"[wellfed] dvc (pid {proc.pid}) is gone"), \
+        out[-3000:]
+    step = stopped_line(out, "SIGTERM")
+    assert checkpointed_step(project) == step and step < STEPS
+    _, runs = mlflow_runs(project)
+    assert len(runs) == 1 and runs[0].info.status == "KILLED"
+    again = run(["dvc", "repro"], project, timeout=600)
+    _, resumed_at = resumed(again.stdout + again.stderr)
+    assert resumed_at == step
+    assert logged_steps(project) == list(range(1, STEPS + 1))
+    client, runs = mlflow_runs(project)
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    versions = client.search_model_versions("name='wellfed-classifier'")
+    assert [str(v.version) for v in versions] == ["1"]  # one version for one recipe
+
+
+@pytest.mark.e2e
+def test_a_train_stage_that_finished_after_dvc_died_is_found_by_the_rerun(base, tmp_path):
+    """dvc killed (SIGKILL, its pid only) once training is over: the stage finishes its outputs
+    (seconds) and records the completion as orphaned; the rerun's train stage finds them in
+    place and trains nothing (dvc records them), and evaluate runs: one MLflow run, one model
+    version, where the rerun used to train again from step 0 into a second run."""
+    project = fresh(base, tmp_path, ray={"num_workers": 1})
+    proc = start_repro(project)
+    lines = []
+    for line in proc.stdout:  # until training is over: the model line comes right after
+        lines.append(line)
+        if line.startswith("[wellfed] model: step "):
+            os.kill(proc.pid, signal.SIGKILL)
+            break
+    out = "".join(lines) + proc.stdout.read()  # the stage writes on until it has exited
+    proc.wait(timeout=60)
+    assert f"[wellfed] dvc (pid {proc.pid}) is gone: training is done, so this stage finishes " \
+           "its outputs" in out, out[-3000:]
+    assert "[wellfed] train done: " in out and (project / "data" / "train" / "run.json").is_file()
+    again = run(["dvc", "repro"], project, timeout=600)
+    text = again.stdout + again.stderr
+    found = [line for line in text.splitlines() if "already completed with these inputs" in line]
+    assert len(found) == 1 and "models:/wellfed-classifier/1" in found[0], text[-3000:]
+    assert "[wellfed] step " not in text and "Running stage 'evaluate'" in text
+    client, runs = mlflow_runs(project)
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    versions = client.search_model_versions("name='wellfed-classifier'")
+    assert [str(v.version) for v in versions] == ["1"]  # one version for one recipe
+    assert "Data and pipelines are up to date" in run(["dvc", "status"], project).stdout
+
+
 def test_the_global_batches_do_not_depend_on_the_worker_count():
     """What makes a resume on another worker count continue the same run: step i trains on the
     same rows whatever the world size; only their split over the ranks differs."""

@@ -90,10 +90,10 @@ def test_checkpoint_storage_without_room_for_the_checkpoints_to_come_stops_it(jo
     need = (4 * 3 + 1 + 1) * weight_bytes(job.model_source) + 2_000_000
     assert weight_bytes(job.model_source) > 1_000_000  # the tiny BERT: ~4 MB from its config
     assert str(err.value) == (f"cannot write {tmp_path / 'ckpt'}: it has 1 MB free, and this "
-                              f"stage will write about {need / 1e6:,.0f} MB on its filesystem ([Errno 28] No "
-                              "space left on device); free some space (what each run keeps and "
-                              "how to remove it: README, \"Faults and resume\"), then rerun `dvc "
-                              "repro`")
+                              f"stage will write about {need / 1e6:,.0f} MB on its filesystem "
+                              "([Errno 28] No space left on device); free some space (what each "
+                              "run keeps and how to remove it: README, \"Faults and resume\"), "
+                              "then rerun `dvc repro`")
     nothing_started(tmp_path)
 
 
@@ -137,3 +137,53 @@ def test_a_new_mlflow_run_no_run_file_can_name_is_deleted(job, tmp_path, monkeyp
     assert client.search_runs([experiment]) == []
     (deleted,) = client.search_runs([experiment], run_view_type=mlflow.entities.ViewType.ALL)
     assert deleted.info.lifecycle_stage == "deleted"
+
+
+def test_a_run_completed_after_its_dvc_had_gone_is_handed_back_not_trained_again(
+        job, tmp_path, monkeypatch):
+    """train/orphan.py: a completion whose dvc had gone (watchdog.orphaned) keeps a copy of its
+    outputs and a digest of its inputs; a rerun with the same inputs, whose outputs dvc removed
+    first, gets them back and `Recorded` (the stage says so and exits 0: dvc records them).
+    Changed params, a completion dvc saw, or no whole copy: the run is cleared and trains."""
+    from wellfed import watchdog
+    from wellfed.train import orphan
+
+    storage, params = str(tmp_path / "ckpt"), {"train.lr": 1e-4, "ray.num_workers": 1}
+    model, reports = tmp_path / "data" / "model", tmp_path / "data" / "train"
+    outputs = [model, reports]
+
+    def complete(orphaned: bool) -> runs.Run:
+        for folder, text in ((model, "weights"), (reports / "history", "steps")):
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "out.txt").write_text(text)
+        run = runs.plan(job.tokens_dir, job.train, job.model, storage, params, outputs)
+        monkeypatch.setattr(watchdog, "orphaned", lambda: orphaned)
+        runs.write_run_file(storage, run.name, "abc123", complete=False)
+        runs.mark_complete({**run.info(), "outputs": [str(p) for p in outputs]}, "abc123",
+                           {"registered_model": "wellfed-classifier", "model_version": "3"})
+        shutil.rmtree(model)  # what dvc does to a stage's outputs before it runs it
+        (reports / "history" / "out.txt").unlink()
+        return run
+
+    def trains(with_params: dict) -> bool:
+        run = runs.plan(job.tokens_dir, job.train, job.model, storage, with_params, outputs)
+        return run.resume_id is None and not (tmp_path / "ckpt" / run.name).exists()
+
+    run = complete(orphaned=True)
+    (reports / ".gitignore").write_text("/history\n")  # dvc's, beside the outputs
+    with pytest.raises(orphan.Recorded) as done:
+        runs.plan(job.tokens_dir, job.train, job.model, storage, params, outputs)
+    assert str(done.value) == (
+        f"run {run.name} already completed with these inputs (MLflow run abc123, "
+        "models:/wellfed-classifier/3) after the dvc running it had gone: its outputs are back "
+        f"in place, nothing to train, dvc records them now (delete {storage}/{run.name} to "
+        "train it again)")
+    assert (model / "out.txt").read_text() == "weights"
+    assert (reports / "history" / "out.txt").read_text() == "steps"
+    assert (reports / ".gitignore").is_file()
+    assert trains({**params, "ray.num_workers": 2})  # another input: cleared, trains afresh
+    complete(orphaned=False)  # dvc saw it complete: a rerun is a forced one, which trains
+    assert trains(params)
+    run = complete(orphaned=True)
+    shutil.rmtree(tmp_path / "ckpt" / run.name / orphan.KEPT)
+    assert trains(params)  # nothing whole to hand back

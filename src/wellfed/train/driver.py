@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from wellfed import tasks
 from wellfed.cli import StageError
-from wellfed.cluster import connect, local_token_auth
+from wellfed.cluster import cluster_address, connect, local_token_auth
 from wellfed.config import DataConfig, ModelConfig, RayConfig, TrainConfig
 from wellfed.data import coverage
 from wellfed.data.token_files import TokenFile
@@ -226,8 +226,8 @@ def fit_on_ray(job: TrainJob, run: runs.Run, store: Store, resume: Entry | None,
     from wellfed.train.preflight import wants_gpu
     from wellfed.train.worker import WorkerConfig
 
-    with clock("ray start"), preemption.daemons_apart():  # a signal to dvc's group spares them
-        connect(ray_cfg)
+    with clock("ray start"), preemption.daemons_apart(local=not cluster_address(ray_cfg)):
+        connect(ray_cfg)  # a signal to dvc's group spares the daemons; gone with the driver
     try:
         use_gpu = wants_gpu(ray_cfg)
         check_resources(ray_cfg, use_gpu)
@@ -263,7 +263,8 @@ def fit(*, tokens_dir: Path, model_source: str, labels: list[str], pad_id: int, 
 
     check_request(train_cfg, ray_cfg)
     run = runs.plan(tokens_dir, train_cfg, model_cfg,
-                    ray_cfg.storage_path or str(storage.resolve()))
+                    ray_cfg.storage_path or str(storage.resolve()),
+                    params if outputs is not None else None, list(outputs or []))
     job = TrainJob(train=train_cfg, data=data_cfg, model=model_cfg, tokens_dir=tokens_dir.resolve(),
                    model_source=model_source, labels=tuple(labels), pad_id=pad_id, task=task)
     # Before Ray starts: a class weight naming no label is a params mistake, said in one line.
@@ -298,7 +299,8 @@ def fit(*, tokens_dir: Path, model_source: str, labels: list[str], pad_id: int, 
     flush(uri, run_id, backlog)
     (storage.resolve() / run.name / runs.TRACEBACK).unlink(missing_ok=True)  # a failure's, resumed
     announce(trained, uri, run_id)
-    return trained, run_id, {**run.info(), "seconds_before": before}
+    return trained, run_id, {**run.info(), "seconds_before": before,
+                             "outputs": [str(p) for p in outputs or []]}
 
 
 def complete(trained: Trained, info: dict, run_id: str, uri: str, model: dict,
@@ -309,7 +311,7 @@ def complete(trained: Trained, info: dict, run_id: str, uri: str, model: dict,
     from wellfed import disk
     from wellfed.track import registry
 
-    runs.mark_complete(info, run_id)
+    runs.mark_complete(info, run_id, model)
     exported = registry.local_files(uri, model.get("model_id"))
     try:  # housekeeping: it must not fail a stage whose outputs are all written
         removed = trained.store.complete(trained.chosen, exported)

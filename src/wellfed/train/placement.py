@@ -121,7 +121,7 @@ def fit_placed(job, run, store, resume, ray_cfg, tokens_dir, opened, uri: str, c
         training,
     )
 
-    with clock("ray start"), preemption.daemons_apart():
+    with clock("ray start"), preemption.daemons_apart(local=False):  # a cluster's own daemons
         connect(ray_cfg)
     try:
         use_gpu = wants_gpu(ray_cfg)

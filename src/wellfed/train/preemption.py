@@ -35,8 +35,9 @@ registered checkpoint is lost, as before.
 
 Local Ray's daemons (GCS, raylet, ...) are children of the driver and would stay in dvc's
 process group, so the SIGTERM meant for the driver would kill them, and with them the workers,
-before any checkpoint. `daemons_apart` starts them in a process group of their own (they still
-die with the driver: Ray ties them to it with PR_SET_PDEATHSIG).
+before any checkpoint. `daemons_apart` starts them in a process group of their own (the GCS and
+raylet still die with the driver: Ray ties them to it with PR_SET_PDEATHSIG; a reaper in their
+group ends the rest, Ray's agents, within a second of a driver killed outright).
 """
 
 from __future__ import annotations
@@ -202,22 +203,49 @@ def run_stoppable(fit: Callable[[], T], request: Callable[[], object],
     return box["value"]
 
 
+# Runs beside local Ray's daemons, in their process group, whose id is the driver's pid: once
+# the driver is gone (its child re-parented), the group goes too, this reaper with it.
+REAPER = ("import os, signal, sys, time\n"
+          "driver = int(sys.argv[1])\n"
+          "while os.getppid() == driver:\n"
+          "    time.sleep(1)\n"
+          "os.killpg(driver, signal.SIGKILL)\n")
+
+
 @contextlib.contextmanager
-def daemons_apart():
+def daemons_apart(local: bool = True):
     """Start local Ray's daemons in a process group of their own (see the module docstring):
     the driver leaves its group while `ray.init` spawns them, then returns to it. A driver that
     leads its own group (started straight from an interactive shell) cannot leave it; there the
-    daemons share its group and only Ctrl-C or a signal to the driver's pid is caught cleanly."""
+    daemons share its group and only Ctrl-C or a signal to the driver's pid is caught cleanly.
+    Either way the group's id is the driver's pid. With `local` (a Ray this process starts),
+    a reaper joins the group: a driver killed outright (SIGKILL, the OOM killer) takes the raylet
+    with it, but its DashboardAgent and RuntimeEnvAgent lingered 1.5 to 3 minutes; the reaper
+    ends the group within a second of the driver."""
     global _daemon_group
     own = os.getpgrp()
     try:
         os.setpgid(0, 0)
     except OSError:  # already a session leader
-        yield
+        try:
+            yield
+        finally:
+            if local:
+                start_reaper()
         return
     try:
         yield
     finally:
+        if local:
+            start_reaper()  # now, while this process is in the daemons' group
         if own != os.getpid():
             os.setpgid(0, own)
             _daemon_group = os.getpid()  # now holds the daemons alone (none on a cluster)
+
+
+def start_reaper() -> None:
+    import subprocess
+
+    subprocess.Popen([sys.executable, "-c", REAPER, str(os.getpid())],
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                     stderr=subprocess.DEVNULL, close_fds=True)

@@ -88,7 +88,10 @@ def check_outputs(job, store, outputs: tuple[Path, Path], mlflow_folder: Path | 
     planned = -(-steps // every) if every else 1  # every N steps, and always the last one
     done = len(store.entries())
     keep = kept_while_running(job.train)
-    coming = max(1, planned - done if keep is None else min(planned, keep + 2) - min(done, keep + 1))
+    # all: the ones not written yet; N: the N newest + the best + the one being written, less
+    # those already there
+    coming = max(1, planned - done if keep is None
+                 else min(planned, keep + 2) - min(done, keep + 1))
     places: dict[Path, int] = {}
 
     def add(folder: Path, count: int) -> None:

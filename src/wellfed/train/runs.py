@@ -8,6 +8,9 @@ Unchanged inputs after an interrupted run -> resume from its newest good checkpo
 completed run's directory is cleared before a forced re-run. The run file (`wellfed_run.json`,
 beside the store's launch folders) holds the MLflow run id and whether the run completed.
 
+A run that completed after the dvc running it had gone is kept for the rerun to hand to dvc
+(train/orphan.py), not trained again.
+
 That name is a key, not a title: MLflow shows a run by its `title` (the DVC experiment's name,
 or a summary of the recipe) and keeps the key and the full hash as tags.
 """
@@ -21,11 +24,15 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import pyarrow.fs as pafs
+
+from wellfed import watchdog
 from wellfed.cli import Interrupted
 from wellfed.config import ModelConfig, TrainConfig, number
 from wellfed.data import staging
 from wellfed.data.token_files import TokenFile
 from wellfed.outputs import write_fault
+from wellfed.train import orphan
 
 RUN_FILE = "wellfed_run.json"
 TRACEBACK = "traceback.txt"
@@ -50,23 +57,28 @@ class Run:
     the recipe (`minilm-lr1e-4-b32-3f2a`); tracking.start_run numbers a repeat (`...-2`)."""
     run_hash: str
     """The full sha256 that `name` abbreviates (the tag `wellfed.run_hash`)."""
+    inputs: str | None = None
+    """`inputs_digest` of this stage's inputs (None: not asked for, as in tests of the loop)."""
 
     def info(self) -> dict:
-        return {"storage": self.storage_uri, "name": self.name}
+        return {"storage": self.storage_uri, "name": self.name, "inputs": self.inputs}
 
     def tags(self) -> dict[str, str]:
         """How to find a run in MLflow by its Ray storage folder, whatever its title."""
         return {"wellfed.run_key": self.name, "wellfed.run_hash": self.run_hash}
 
 
-def plan(tokens_dir: Path, train_cfg: TrainConfig, model_cfg: ModelConfig,
-         storage_uri: str) -> Run:
-    """Name the run from its inputs and find out whether it resumes an interrupted one."""
+def plan(tokens_dir: Path, train_cfg: TrainConfig, model_cfg: ModelConfig, storage_uri: str,
+         params: dict | None = None, outputs: list[Path] | None = None) -> Run:
+    """Name the run from its inputs and find out whether it resumes an interrupted one (or,
+    given every param and the stage's outputs, whether an orphaned completion holds them)."""
     data_hash = file_digest([tokens_dir / "train.arrow", tokens_dir / "validation.arrow"])
     digest = run_hash(train_cfg, model_cfg, data_hash)
     name = run_name(train_cfg, model_cfg, data_hash)
     title = os.environ.get("DVC_EXP_NAME") or run_title(train_cfg, model_cfg, digest)
-    return Run(name, storage_uri, data_hash, prepare_storage(storage_uri, name), title, digest)
+    inputs = orphan.inputs_digest(digest, params, tokens_dir) if params is not None else None
+    return Run(name, storage_uri, data_hash, prepare_storage(storage_uri, name, inputs, outputs),
+               title, digest, inputs)
 
 
 def file_digest(paths: list[Path]) -> str:
@@ -103,8 +115,11 @@ def run_title(train: TrainConfig, model: ModelConfig, digest: str) -> str:
     return f"{short}-lr{lr}-b{train.global_batch_size}-{digest[:4]}"
 
 
-def prepare_storage(storage_uri: str, name: str) -> str | None:
-    """When the run `name` was interrupted, its MLflow run id (to resume); else clear it."""
+def prepare_storage(storage_uri: str, name: str, inputs: str | None = None,
+                    outputs: list[Path] | None = None) -> str | None:
+    """When the run `name` was interrupted, its MLflow run id (to resume); when it completed
+    after its dvc had gone, with these `inputs`, its kept `outputs` put back and
+    `orphan.Recorded`; else clear it."""
     fs, root = staging.filesystem(storage_uri)
     info = f"{root}/{name}/{RUN_FILE}"
     if staging.exists(fs, info):
@@ -112,6 +127,8 @@ def prepare_storage(storage_uri: str, name: str) -> str | None:
             saved = json.loads(f.read())
         if not saved.get("complete"):
             return saved.get("mlflow_run_id")
+        if isinstance(fs, pafs.LocalFileSystem):
+            orphan.found(saved, inputs, Path(root) / name, outputs or [], name)
     if staging.exists(fs, f"{root}/{name}"):
         try:
             fs.delete_dir(f"{root}/{name}")  # a completed run re-run on purpose: start fresh
@@ -120,19 +137,28 @@ def prepare_storage(storage_uri: str, name: str) -> str | None:
     return None
 
 
-def write_run_file(storage_uri: str, name: str, run_id: str, complete: bool) -> None:
+def write_run_file(storage_uri: str, name: str, run_id: str, complete: bool,
+                   **record) -> None:
     fs, root = staging.filesystem(storage_uri)
     try:
         fs.create_dir(f"{root}/{name}", recursive=True)
         with fs.open_output_stream(f"{root}/{name}/{RUN_FILE}") as f:
-            f.write(json.dumps({"mlflow_run_id": run_id, "complete": complete}).encode())
+            f.write(json.dumps({"mlflow_run_id": run_id, "complete": complete,
+                                **record}).encode())
     except OSError as err:
         raise write_fault(f"{root}/{name}", err, "then rerun `dvc repro`") from None
 
 
-def mark_complete(info: dict, run_id: str) -> None:
-    """The stage finished (model exported, metrics written): a rerun now starts fresh."""
-    write_run_file(info["storage"], info["name"], run_id, complete=True)
+def mark_complete(info: dict, run_id: str, model: dict | None = None) -> None:
+    """The stage finished (model exported, metrics written): a rerun now starts fresh, unless
+    the dvc running it had gone (then the record lets the rerun find these outputs)."""
+    record = {}
+    fs, root = staging.filesystem(info["storage"])
+    if (watchdog.orphaned() and info.get("outputs") and info.get("inputs")
+            and isinstance(fs, pafs.LocalFileSystem)):
+        orphan.keep(Path(root) / info["name"], info["outputs"])
+        record = {"orphaned": True, "inputs": info["inputs"], "model": model or {}}
+    write_run_file(info["storage"], info["name"], run_id, complete=True, **record)
 
 
 def kept_while_running(train_cfg: TrainConfig) -> int | None:
