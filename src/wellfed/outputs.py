@@ -66,6 +66,9 @@ def check_room(places: dict, then: str = RERUN) -> None:
         existing = Path(folder).absolute()
         while not existing.exists() and existing != existing.parent:
             existing = existing.parent
+        if not existing.is_dir():  # a file where a folder should be: as atomic_path says it
+            raise OSError(f"{shown(existing)}: cannot create output directory (Not a "
+                          "directory); check the path and its permissions")
         try:
             fd, probe = tempfile.mkstemp(prefix=".wellfed-probe-", dir=existing)
             os.close(fd)

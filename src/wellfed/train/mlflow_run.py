@@ -28,7 +28,8 @@ def open_run(run: runs.Run, uri: str, experiment: str, params: dict, tags: dict,
         print(f"[wellfed] resuming interrupted run {run.name} (MLflow run {run_id}){where}"
               f"{world_size_change(uri, run_id, derived)}", flush=True)
     try:
-        runs.write_run_file(run.storage_uri, run.name, run_id, complete=False)
+        with marked_failed(uri, run_id):  # a read-only checkpoint folder, say
+            runs.write_run_file(run.storage_uri, run.name, run_id, complete=False)
     except BaseException:
         if run.resume_id != run_id:  # no run file names it, so no rerun could resume it: an
             forget(uri, run_id)      # empty FAILED run would stay beside the rerun's
