@@ -52,8 +52,9 @@ def runs_a_command(pid: int) -> bool:
 
 
 def watch() -> None:
-    """Under dvc, start watching for it to go away (see the module docstring); else nothing."""
-    if "DVC_STAGE" not in os.environ:
+    """Under dvc, start watching for it to go away (see the module docstring); else nothing.
+    Once per process (cli.guarded runs a stage, then writes its time budget)."""
+    if "DVC_STAGE" not in os.environ or _state["dvc"]:
         return
     parent = os.getppid()
     grand = parent_of(parent) if runs_a_command(parent) else None

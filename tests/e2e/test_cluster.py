@@ -292,7 +292,7 @@ def test_a_read_only_data_folder_fails_before_training_or_at_the_export_and_the_
     # the MLflow model's files; the stage says what it leaves.
     (kept,) = [p for p in checkpoints.glob("wf-*/*/checkpoint_*") if p.is_dir()]
     assert sorted(p.name for p in kept.iterdir()) == ["hf_model", "manifest.json", "registered",
-                                                      "train_state.json"]
+                                                      "train_state.json", "val_logits.npy"]
     assert (kept / "hf_model" / "model.safetensors").stat().st_nlink == 2
     assert "[wellfed] this run leaves " in out
 

@@ -137,9 +137,11 @@ class TrainConfig:
     scaling is fitted on the validation split (multi-label: per-label temperatures when they
     measure better) and folded into the exported model's head, so evaluate, predict, the served
     model and `pipeline()` all give calibrated scores; `wellfed.json` records it. temperature =
-    always; auto = when it lowers validation ECE and changes no prediction (temperature scaling
-    cannot change a row's arg-max), said in one line with the ECE before and after; none = no
-    fit (no validation pass). Regression: not applicable."""
+    always; auto = when it lowers validation ECE, changes no prediction (temperature scaling
+    cannot change a row's arg-max) and did not stop at its bound (degenerate validation data),
+    said in one line with the ECE before and after; none = no fit (no validation pass). Neither
+    fits on a validation split of one class (wellfed/data/coverage.py). Regression: not
+    applicable."""
     keep_checkpoints: int | str = "all"
     """Checkpoints kept while the run trains: all, or the N newest plus the best (train.select:
     best); the newest always stays, a resume starts from it. Once the run completes, only the
