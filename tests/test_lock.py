@@ -38,7 +38,7 @@ def test_dvc_lock_records_the_code_params_and_raw_data_git_holds():
                           cwd=PROJECT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     status = json.loads(proc.stdout or "{}")
-    assert set(status) <= {"prepare", "tokenize", "train", "evaluate"}, status
+    assert set(status) <= {"check", "prepare", "tokenize", "train", "evaluate"}, status
     found = stale(status, pipeline_outputs(PROJECT))
     assert not found, ("dvc.lock is older than " + "; ".join(found) + ": run `dvc repro` and "
                        "commit dvc.lock, or a fresh clone reruns these stages")
