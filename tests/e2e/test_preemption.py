@@ -234,11 +234,17 @@ def test_dvc_killed_alone_stops_its_train_stage_at_a_checkpoint_and_the_rerun_re
     second (wellfed/watchdog.py), checkpoints and stops as on its own SIGTERM, instead of
     training on to a model version no dvc.lock records. The rerun resumes it: one MLflow run,
     every step once."""
-    project = fresh(base, tmp_path, ray={"num_workers": 1})
+    # One row per micro-batch (16 per step): the 76 steps take seconds, not one, so the signal
+    # comes while training (the tiny model ran all 76 in ~1 s at 16 rows per micro-batch).
+    project = fresh(base, tmp_path, ray={"num_workers": 1}, train={"micro_batch_size": 1})
     proc = start_repro(project)
-    wait_for_logged_step(project, proc, 10)
-    proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=300)  # the pipe closes when the stage has exited
+    lines = []
+    for line in proc.stdout:  # the first progress line: training is under way
+        lines.append(line)
+        if line.startswith("[wellfed] step "):
+            proc.send_signal(signal.SIGTERM)
+            break
+    out = "".join(lines) + proc.communicate(timeout=300)[0]  # closes when the stage exits
     gone = [line for line in out.splitlines() if "is gone: stopping this stage" in line]
     assert len(gone) == 1 and gone[0].startswith(f"[wellfed] dvc (pid {proc.pid}) is gone"), \
         out[-3000:]
