@@ -13,7 +13,7 @@ import torch
 
 from tests.conftest import random_token_files
 from wellfed.config import DataConfig, ModelConfig, TrainConfig, load_section
-from wellfed.train import checkpoint, driver, export, loop, reports, selection
+from wellfed.train import checkpoint, driver, export, loop, reports, retention, selection
 from wellfed.train.loop import Place, TrainJob, train
 from wellfed.train.state import Best
 from wellfed.train.store import Store
@@ -69,7 +69,7 @@ class Storage:
         self.weights[step] = torch.load(directory / checkpoint.MODEL, weights_only=True)
         path = self.store.commit(directory, self.launch, step, metrics.get(selection.RANK_KEY, 0))
         self.store.register(path)  # the driver has its report
-        self.store.prune(self.keep, best=self.select == "best")
+        retention.prune(self.store, self.keep, best=self.select == "best")
 
     def kept(self) -> list[int]:
         return [entry.step for entry in self.store.entries()]

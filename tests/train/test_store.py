@@ -15,7 +15,7 @@ import pytest
 from tests.conftest import random_token_files
 from wellfed.config import DataConfig, ModelConfig, RayConfig, TrainConfig
 from wellfed.outputs import WriteFault
-from wellfed.train import checkpoint, driver
+from wellfed.train import checkpoint, driver, retention
 from wellfed.train.loop import TrainJob
 from wellfed.disk import link_tree
 from wellfed.train.store import Entry, Store
@@ -151,10 +151,10 @@ def test_retention_while_running_and_once_complete(tmp_path):
     committed(store, launch, tmp_path, 4)
     committed(store, launch, tmp_path, 8, rank=2)  # a new best
     committed(store, launch, tmp_path, 12, 16)
-    assert store.prune(None, best=True) == 0 and len(store.entries()) == 4  # all: the default
-    assert store.prune(1, best=True) == 2
+    assert retention.prune(store, None, best=True) == 0 and len(store.entries()) == 4  # all: the default
+    assert retention.prune(store, 1, best=True) == 2
     assert [e.step for e in store.entries()] == [8, 16]  # the newest and the best
-    assert store.prune(1, best=False) == 1 and [e.step for e in store.entries()] == [16]
+    assert retention.prune(store, 1, best=False) == 1 and [e.step for e in store.entries()] == [16]
 
     committed(store, launch, tmp_path, 20)
     exported = tmp_path / "mlflow-model"
@@ -162,7 +162,7 @@ def test_retention_while_running_and_once_complete(tmp_path):
     (exported / "model.safetensors").write_bytes(os.urandom(5000))
     (exported / "config.json").write_text("{}")
     chosen = store.entries()[-1]
-    assert store.complete(chosen, exported) == 1
+    assert retention.complete(store, chosen, exported) == 1
     assert [e.step for e in store.entries()] == [20]
     left = sorted(p.relative_to(chosen.path).as_posix() for p in Path(chosen.path).rglob("*"))
     assert left == [checkpoint.HF_MODEL, f"{checkpoint.HF_MODEL}/config.json",
@@ -178,7 +178,7 @@ def test_without_an_exported_copy_to_link_the_kept_checkpoint_keeps_model_pt(tmp
     launch = store.open_launch("in_process")
     committed(store, launch, tmp_path, 3, 6)
     chosen = store.entries()[0]
-    assert store.complete(chosen, None) == 1
+    assert retention.complete(store, chosen, None) == 1
     assert sorted(os.listdir(chosen.path)) == [checkpoint.MANIFEST, checkpoint.MODEL,
                                                checkpoint.REGISTERED, checkpoint.STATE]
     assert store.problem(chosen) is None

@@ -25,6 +25,7 @@ from wellfed.track.tracking import (
     set_tags,
     worker_time_tag,
 )
+from wellfed.train import retention
 
 QUICK_RETRIES = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}
 
@@ -248,4 +249,4 @@ class StoreCallback:
     def after_report(self, run_context, metrics: list[dict], checkpoint) -> None:
         if checkpoint is not None:
             self.store.register(checkpoint.path)
-            self.store.prune(self.keep, self.best)
+            retention.prune(self.store, self.keep, self.best)

@@ -26,7 +26,7 @@ from wellfed.data import coverage
 from wellfed.data.token_files import TokenFile
 from wellfed.telemetry.phases import Phases
 from wellfed.track import tracking
-from wellfed.train import failures, preemption, runs, selection
+from wellfed.train import failures, preemption, retention, runs, selection
 from wellfed.train.mlflow_run import derived_tags, marked_failed, open_run
 from wellfed.train.placement import SHARED_GPUS, fit_placed, placed, queued
 from wellfed.train.preflight import (check_outputs, check_request, check_resources, in_process,
@@ -314,7 +314,7 @@ def complete(trained: Trained, info: dict, run_id: str, uri: str, model: dict,
     runs.mark_complete(info, run_id, model)
     exported = registry.local_files(uri, model.get("model_id"))
     try:  # housekeeping: it must not fail a stage whose outputs are all written
-        removed = trained.store.complete(trained.chosen, exported)
+        removed = retention.complete(trained.store, trained.chosen, exported)
         print(f"[wellfed] checkpoints: kept {trained.chosen.path} (step {trained.chosen.step}, "
               f"without optimizer state), removed {removed} other(s)", flush=True)
         run_dir = Path(trained.store.dir) if trained.store.renames else None

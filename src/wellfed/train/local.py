@@ -21,7 +21,7 @@ import traceback
 from pathlib import Path
 
 from wellfed import device as dev
-from wellfed.train import runs, selection
+from wellfed.train import retention, runs, selection
 from wellfed.train.loop import Place, TrainJob, train
 from wellfed.train.store import Entry, Store
 
@@ -51,7 +51,7 @@ def fit(job: TrainJob, store: Store, launch: str, callback, *, resume: Entry | N
         if kept:  # as on Ray (callback.StoreCallback): registered once its steps are logged
             callback.drain()
             store.register(kept)
-            store.prune(keep, best=job.train.select == "best")
+            retention.prune(store, keep, best=job.train.select == "best")
 
     def scratch():  # written where the store keeps it: committed by a rename, not a copy
         return store.scratch(launch)

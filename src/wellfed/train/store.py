@@ -14,7 +14,8 @@ storage (a pyarrow.fs URI), the same for both engines (in-process and Ray Train)
 A checkpoint is written under a temporary name, its manifest (every file's size and sha256)
 last, and renamed when complete, so a folder named `checkpoint_*` is whole unless something
 damaged it afterwards (a disk error, a partial copy). Object stores have no rename: there the
-files go to the final name and the manifest, written last, is what marks it complete.
+files go to the final name and the manifest, written last, is what marks it complete. What
+the store keeps while training and once the run completes: train/retention.py.
 A checkpoint counts once its report has reached the driver, which logged its steps to MLflow
 and then marks it `registered` (`register`): a resume from one whose report was lost (the
 driver killed meanwhile) would leave those steps out of the MLflow run forever. A resume checks
@@ -45,7 +46,7 @@ from typing import Iterator
 import pyarrow.fs as pafs
 
 from wellfed.data import staging
-from wellfed.disk import file_sha256, link_tree, usage
+from wellfed.disk import file_sha256, usage
 from wellfed.outputs import write_fault
 from wellfed.train import checkpoint
 from wellfed.train.state import TrainState
@@ -86,13 +87,13 @@ class Store:
         # Local folders (NFS included) rename; object stores (s3://, gs://) do not.
         self.renames = isinstance(self.fs, pafs.LocalFileSystem)
 
-    def _children(self, path: str) -> list[pafs.FileInfo]:
+    def children(self, path: str) -> list[pafs.FileInfo]:
         return sorted((i for i in self.fs.get_file_info(pafs.FileSelector(
             path, allow_not_found=True)) if i.type == pafs.FileType.Directory),
             key=lambda i: i.base_name)
 
     def launches(self) -> list[str]:
-        return [i.base_name for i in self._children(self.dir) if LAUNCH.fullmatch(i.base_name)]
+        return [i.base_name for i in self.children(self.dir) if LAUNCH.fullmatch(i.base_name)]
 
     def open_launch(self, engine: str) -> str:
         """A new launch folder for this process's training (`engine`: in_process, ray_task or
@@ -101,7 +102,7 @@ class Store:
         name = f"{max(numbers, default=0) + 1:02d}-{engine}"
         try:
             self.fs.create_dir(f"{self.dir}/{name}", recursive=True)
-            self._write_json(f"{self.dir}/{name}/{LAUNCH_FILE}",
+            self.write_json(f"{self.dir}/{name}/{LAUNCH_FILE}",
                              {"engine": engine, "started": time.time()})
         except OSError as err:
             raise write_fault(self.dir, err, "then rerun `dvc repro`") from None
@@ -111,7 +112,7 @@ class Store:
         """Record the launch's training seconds (train/seconds sums them over a run's launches)."""
         path = f"{self.dir}/{launch}/{LAUNCH_FILE}"
         with contextlib.suppress(OSError, ValueError):  # a diagnostic: never the stage's failure
-            self._write_json(path, {**self._read_json(path), "seconds": round(seconds, 3)})
+            self.write_json(path, {**self.read_json(path), "seconds": round(seconds, 3)})
 
     def seconds_before(self) -> float:
         """The training seconds of the run's launches so far. One killed outright (SIGKILL, a
@@ -119,11 +120,11 @@ class Store:
         total = 0.0
         for launch in self.launches():
             with contextlib.suppress(OSError, ValueError):
-                record = self._read_json(f"{self.dir}/{launch}/{LAUNCH_FILE}")
+                record = self.read_json(f"{self.dir}/{launch}/{LAUNCH_FILE}")
                 if "seconds" in record:
                     total += record["seconds"]
                     continue
-                written = [self._read_json(f"{e.path}/{checkpoint.MANIFEST}")["written"]
+                written = [self.read_json(f"{e.path}/{checkpoint.MANIFEST}")["written"]
                            for e in self.entries() if e.launch == launch]
                 total += max(written, default=record["started"]) - record["started"]
         return total
@@ -131,10 +132,10 @@ class Store:
     def entries(self) -> list[Entry]:
         """Every checkpoint folder, oldest first (by step, then launch). Folders at the run's
         top come from an older wellfed (Ray's layout, no manifest): `recover` says so."""
-        found = [Entry(i.path, "", -1) for i in self._children(self.dir)
+        found = [Entry(i.path, "", -1) for i in self.children(self.dir)
                  if i.base_name.startswith("checkpoint_")]
         for launch in self.launches():
-            for info in self._children(f"{self.dir}/{launch}"):
+            for info in self.children(f"{self.dir}/{launch}"):
                 if match := ENTRY.fullmatch(info.base_name):
                     found.append(Entry(info.path, launch, int(match.group(1))))
         return sorted(found, key=lambda e: (e.step, e.launch))
@@ -148,7 +149,7 @@ class Store:
         """The driver has the report of the checkpoint at `path` (its steps are in MLflow); a
         good checkpoint now stands in for any damaged ones moved aside: they go."""
         try:
-            self._write_json(f"{path}/{checkpoint.REGISTERED}", {"at": time.time()})
+            self.write_json(f"{path}/{checkpoint.REGISTERED}", {"at": time.time()})
         except OSError as err:
             raise write_fault(self.dir, err, "then rerun `dvc repro` to resume from the last "
                               "checkpoint") from None
@@ -157,7 +158,7 @@ class Store:
     def _drop_damaged(self, good: str) -> None:
         """Remove the damaged checkpoints `recover` moved aside (kept until then to be looked
         at: 737 MB of them stayed until the run completed) and say what was freed."""
-        damaged = [i.path for i in self._children(self.dir) if i.base_name.startswith("damaged-")]
+        damaged = [i.path for i in self.children(self.dir) if i.base_name.startswith("damaged-")]
         if not damaged:
             return
         sizes = usage({path: Path(path) for path in damaged}) if self.renames else {}
@@ -214,7 +215,7 @@ class Store:
                     self.fs.create_dir(f"{into}/{rel}")
                 else:
                     files[rel] = self._copy(path, f"{into}/{rel}")
-            self._write_json(f"{into}/{checkpoint.MANIFEST}", {
+            self.write_json(f"{into}/{checkpoint.MANIFEST}", {
                 "step": step, "rank": rank, "written": time.time(), "files": files})
             if self.renames:
                 if staging.exists(self.fs, final):  # redone after a worker restart: same step
@@ -240,7 +241,7 @@ class Store:
         """What is wrong with `entry` against its manifest (a missing file, a size, a sha256),
         in a few words; None when it is whole."""
         try:
-            manifest = self._read_json(f"{entry.path}/{checkpoint.MANIFEST}")
+            manifest = self.read_json(f"{entry.path}/{checkpoint.MANIFEST}")
         except (OSError, ValueError):
             why = ("an older wellfed's layout" if not entry.launch else
                    "an interrupted write on storage without rename")
@@ -264,7 +265,7 @@ class Store:
         that says what was damaged (None when nothing was). Damaged ones are moved aside (deleted
         on object stores); half-written and unregistered ones are removed. Checking costs a read
         of the newest checkpoint: ~0.2 s for MiniLM's 350 MB, ~1 min for 7B weights + Adam."""
-        self._remove_partial()
+        self.remove_partial()
         damaged = []
         for entry in reversed(self.entries()):
             if entry.launch and not self.registered(entry):  # its report was lost: its steps too
@@ -277,10 +278,10 @@ class Store:
             self._set_aside(entry)
         return None, self._damage_line(damaged, None)
 
-    def _remove_partial(self) -> None:
+    def remove_partial(self) -> None:
         """Remove the `.tmp-` folders of writes a killed process never finished."""
         for launch in self.launches():
-            for info in self._children(f"{self.dir}/{launch}"):
+            for info in self.children(f"{self.dir}/{launch}"):
                 if ".tmp-" in info.base_name:
                     self.fs.delete_dir(info.path)
 
@@ -300,57 +301,6 @@ class Store:
         else:
             self.fs.delete_dir(entry.path)
 
-    def prune(self, keep: int | None, best: bool) -> int:
-        """While running: keep the `keep` newest checkpoints and, with `best` (train.select:
-        best), the one of the highest selection rank; None keeps all. Returns how many went."""
-        if keep is None:
-            return 0
-        found = self.entries()
-        ranks = {e.path: self._rank(e) if best else 0 for e in found}
-        top = max(found, key=lambda e: (ranks[e.path], e.step, e.launch), default=None)
-        stay = {e.path for e in found[-keep:]} | ({top.path} if top and ranks[top.path] else set())
-        for entry in found:
-            if entry.path not in stay:
-                self.fs.delete_dir(entry.path)
-        return len(found) - len(stay)
-
-    def _rank(self, entry: Entry) -> int:
-        try:
-            return int(self._read_json(f"{entry.path}/{checkpoint.MANIFEST}").get("rank", 0))
-        except (OSError, ValueError):
-            return 0
-
-    def complete(self, chosen: Entry, exported: Path | None) -> int:
-        """The run completed: only `chosen` (the exported checkpoint) stays, without its
-        optimizer state; its weights become hard links to the `exported` model's files where
-        both are on one local filesystem (no bytes), else its model.pt stays. Damaged and
-        superseded checkpoints go. Returns how many checkpoint folders were removed."""
-        removed = 0
-        for info in self._children(self.dir):
-            if info.base_name.startswith(("damaged-", "checkpoint_")):
-                self.fs.delete_dir(info.path)
-                removed += 1
-        for entry in self.entries():
-            if entry.path != chosen.path:
-                self.fs.delete_dir(entry.path)
-                removed += 1
-        self._remove_partial()
-        manifest = self._read_json(f"{chosen.path}/{checkpoint.MANIFEST}")
-        with contextlib.suppress(FileNotFoundError):
-            self.fs.delete_file(f"{chosen.path}/{checkpoint.OPTIM}")
-        manifest["files"].pop(checkpoint.OPTIM, None)
-        if exported is not None and self.renames:
-            links = Path(chosen.path) / checkpoint.HF_MODEL
-            if link_tree(exported, links):
-                self.fs.delete_file(f"{chosen.path}/{checkpoint.MODEL}")
-                manifest["files"].pop(checkpoint.MODEL, None)
-                manifest["files"].update({
-                    f"{checkpoint.HF_MODEL}/{p.relative_to(links).as_posix()}":
-                        {"size": p.stat().st_size, "sha256": file_sha256(p)}
-                    for p in sorted(links.rglob("*")) if p.is_file()})
-        self._write_json(f"{chosen.path}/{checkpoint.MANIFEST}", manifest)
-        return removed
-
     @contextlib.contextmanager
     def local(self, entry: Entry) -> Iterator[Path]:
         """`entry` as a local folder: itself, or a downloaded copy (object stores)."""
@@ -364,13 +314,13 @@ class Store:
 
     def state(self, entry: Entry) -> TrainState:
         """`entry`'s train_state.json, read in place (no download of the weights)."""
-        return TrainState.from_json(self._read_json(f"{entry.path}/{checkpoint.STATE}"))
+        return TrainState.from_json(self.read_json(f"{entry.path}/{checkpoint.STATE}"))
 
-    def _read_json(self, path: str) -> dict:
+    def read_json(self, path: str) -> dict:
         with self.fs.open_input_stream(path) as f:
             return json.loads(f.read())
 
-    def _write_json(self, path: str, data: dict) -> None:
+    def write_json(self, path: str, data: dict) -> None:
         with self.fs.open_output_stream(path) as f:
             f.write(json.dumps(data, indent=1).encode())
 
