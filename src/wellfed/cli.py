@@ -16,8 +16,8 @@ import traceback
 from pathlib import Path
 
 from wellfed import privacy, watchdog
+from wellfed.errors import StageError
 from wellfed.outputs import WriteFault
-
 
 INTERRUPTED = ("stopped by Ctrl-C; stages already finished are kept: rerun `dvc repro` to go on "
                "from there")
@@ -25,12 +25,6 @@ INTERRUPTED = ("stopped by Ctrl-C; stages already finished are kept: rerun `dvc 
 
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C in a stage that can say more (where training stopped); str() is the line."""
-
-
-class StageError(Exception):
-    """A failure whose message is complete for a person (what failed, and what to do about it);
-    the stage prints it as one `error:` line. Raise it (or a subclass) for failures that are not
-    a bad value (ValueError) or a missing file (FileNotFoundError)."""
 
 
 USER_ERRORS = (StageError, ValueError, FileNotFoundError, PermissionError, WriteFault)

@@ -54,7 +54,7 @@ def check(repo_id: str) -> None:
     from huggingface_hub import HfApi, constants
     from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError
 
-    from wellfed.cli import StageError
+    from wellfed.errors import StageError
 
     where = f"the Hugging Face Hub ({constants.ENDPOINT})"
     try:

@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from wellfed import device as dev
-from wellfed.cli import StageError
 from wellfed.config import ModelConfig, TrainConfig, load_section
 from wellfed.data.batching import BatchSpec, Step, collate, iterate_steps, padded_width
 from wellfed.data.token_files import TokenFile
+from wellfed.errors import StageError
 from wellfed.model import load_model
 from wellfed.telemetry.meter import StepMeter
 from wellfed.telemetry.peak import Peak

@@ -19,9 +19,9 @@ import numpy as np
 import torch
 
 from wellfed import device as dev
-from wellfed.cli import StageError
 from wellfed.config import number
 from wellfed.data.batching import BatchSpec, Step, micro_shape, padded_tokens, split_step
+from wellfed.errors import StageError
 from wellfed.train import graphs
 from wellfed.train.checkpoint import unwrap
 

@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from wellfed import tasks
-from wellfed.cli import StageError
 from wellfed.cluster import cluster_address, connect, local_token_auth
 from wellfed.config import DataConfig, ModelConfig, RayConfig, TrainConfig
 from wellfed.data import coverage
 from wellfed.data.token_files import TokenFile
+from wellfed.errors import StageError
 from wellfed.telemetry.phases import Phases
 from wellfed.track import tracking
 from wellfed.train import failures, preemption, retention, runs, selection

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from wellfed.cli import StageError
+from wellfed.errors import StageError
 from wellfed.outputs import WriteFault
 from wellfed.train.checkpoint import Damaged
 

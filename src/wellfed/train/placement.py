@@ -108,7 +108,7 @@ def fit_placed(job, run, store, resume, ray_cfg, tokens_dir, opened, uri: str, c
     SIGTERM/Ctrl-C like a Ray Train run (the run's StopFlag actor)."""
     import ray
 
-    from wellfed.cli import StageError
+    from wellfed.errors import StageError
     from wellfed.cluster import connect
     from wellfed.train import preemption
     from wellfed.train.mlflow_run import derived_tags, marked_failed
