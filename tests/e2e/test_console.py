@@ -74,7 +74,7 @@ def test_every_stage_says_where_its_seconds_went_and_the_run_holds_the_pipelines
     """Each stage ends with a line of its time budget and writes it (data/reports/time/), from
     process start; the last stage adds up its pipeline run, and the MLflow run holds that."""
     dest, console = project
-    for stage in ("prepare", "tokenize", "train", "evaluate"):
+    for stage in ("check", "prepare", "tokenize", "train", "evaluate"):
         assert re.search(rf"^\[wellfed\] {stage} [\d.]+ s: .+", console, re.M), stage
         record = json.loads((dest / "data/reports/time" / f"{stage}.json").read_text())
         parts = record["parts_s"]
@@ -90,17 +90,17 @@ def test_every_stage_says_where_its_seconds_went_and_the_run_holds_the_pipelines
     line = re.search(r"^\[wellfed\] pipeline ([\d.]+) s since dvc started: (.*); fixed cost",
                      console, re.M)
     assert line and {p.split()[0] for p in line.group(2).split(", ")} == {
-        "prepare", "tokenize", "train", "evaluate", "dvc"}, console
+        "check", "prepare", "tokenize", "train", "evaluate", "dvc"}, console
     client, runs = mlflow_runs(dest)
     first, last = runs[0].data.metrics, runs[-1].data.metrics
     assert first["time/pipeline_s"] == pytest.approx(float(line.group(1)), abs=0.05)
-    assert {"time/prepare_s", "time/tokenize_s", "time/train_s", "time/evaluate_s",
-            "time/dvc_s", "time/pipeline_fixed_s"} <= set(first)
-    # An experiment reruns train and evaluate only: its pipeline is theirs and dvc's.
-    assert "time/prepare_s" not in last and "time/train_s" in last
+    assert "time/pipeline_s" in last and "fixed cost" in runs[0].data.tags["wellfed.time"]
+    assert runs[0].data.tags["wellfed.time"] == line.group(0).removeprefix("[wellfed] ")
+    # An experiment reruns the params check, train and evaluate: its pipeline is theirs and dvc's.
     pipeline = json.loads(Path(client.download_artifacts(runs[-1].info.run_id,
                                                          "time/pipeline.json")).read_text())
-    assert [s["stage"] for s in pipeline["stages"]] == ["train", "evaluate"]
+    assert [s["stage"] for s in pipeline["stages"]] == ["check", "train", "evaluate"]
+    assert set(pipeline["stages_s"]) == {"check", "train", "evaluate"}
 
 
 def test_git_dirty_is_the_code_not_the_outputs_the_stages_rewrote(project):

@@ -42,7 +42,7 @@ def project(tmp_path_factory, tiny_model_dir):
 def test_few_metric_keys_whatever_the_class_count(project):
     _, run_ = project
     ours = sorted(run_.data.metrics)
-    assert len(ours) <= 30, ours  # 29: see README, "What MLflow records"
+    assert len(ours) <= 30, ours  # 30: see docs/mlflow.md, "metrics"
     assert not [k for k in ours if k.startswith("system/")]  # in-process: the worker's sampler
     assert [k for k in ours if k.startswith("eval/")] == ["eval/accuracy", "eval/ece",
                                                           "eval/macro_f1"]

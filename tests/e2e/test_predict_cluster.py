@@ -101,14 +101,14 @@ def test_the_dvc_predict_stage_is_absent_by_default_and_tracks_a_configured_inpu
     (tmp_path / "p").mkdir()
     project = make_project(tmp_path / "p", {})
     stages = run(["dvc", "stage", "list", "--name-only"], project).stdout.split()
-    assert stages == ["prepare", "tokenize", "train", "evaluate"]  # as before the predict stage
+    assert stages == ["check", "prepare", "tokenize", "train", "evaluate"]  # no predict stage
     shutil.copytree(models["pair"], project / "data" / "model")  # as the train stage leaves it
     source = write_input(project / "data" / "new.csv", "pair")
     params = project / "params.yaml"
     params.write_text(params.read_text().replace("  inputs: {}\n",
                                                  "  inputs:\n    pairs: data/new.csv\n"))
     stages = run(["dvc", "stage", "list", "--name-only"], project).stdout.split()
-    assert stages == ["prepare", "tokenize", "train", "evaluate", "predict@pairs"]
+    assert stages == ["check", "prepare", "tokenize", "train", "evaluate", "predict@pairs"]
     proc = run(["dvc", "repro", "--single-item", "predict@pairs"], project)
     assert f"predict: {ROWS} rows of data/new.csv -> data/predictions/pairs.parquet" in proc.stdout
     written = pd.read_parquet(project / "data" / "predictions" / "pairs.parquet")

@@ -84,9 +84,10 @@ def record(run: dict, report: dict, figures: dict[str, float], task: str, labels
 
 def pipeline_time(run: dict, budget) -> str | None:
     """The pipeline run's seconds into the MLflow run: every stage that this stage's dvc
-    process ran (their budgets beside this one's, telemetry/budget.py) as `time/pipeline.json`
-    with `time/pipeline_s`, `time/pipeline_fixed_s`, `time/dvc_s` and `time/<stage>_s`; returns
-    the console line, or None outside dvc or without a budget file to find the others by."""
+    process ran (their budgets beside this one's, telemetry/budget.py) as `time/pipeline.json`,
+    the metric `time/pipeline_s` (one key: the run's metric list stays short) and the tag
+    `wellfed.time` (the line, with the fixed cost); returns the line, or None outside dvc or
+    without a budget file to find the others by."""
     import json
 
     from wellfed.telemetry import budget as budgets
@@ -96,10 +97,11 @@ def pipeline_time(run: dict, budget) -> str | None:
     summary = budgets.pipeline(budget.path.parent, budget.record())
     if summary is None:
         return None
-    uri, run_id = run["tracking_uri"], run["mlflow_run_id"]
-    tracking.log_metrics(uri, run_id, {
-        "time/pipeline_s": summary["total_s"], "time/pipeline_fixed_s": summary["fixed_s"],
-        "time/dvc_s": summary["dvc_s"],
-        **{f"time/{stage}_s": secs for stage, secs in summary["stages_s"].items()}})
+    uri, run_id, line = run["tracking_uri"], run["mlflow_run_id"], budgets.pipeline_line(summary)
+    tracking.log_metrics(uri, run_id, {"time/pipeline_s": summary["total_s"]})
+    tracking.set_tags(uri, run_id, {TIME_TAG: line})
     tracking.log_text(uri, run_id, json.dumps(summary, indent=1), "time/pipeline.json")
-    return budgets.pipeline_line(summary)
+    return line
+
+
+TIME_TAG = "wellfed.time"
