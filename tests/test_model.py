@@ -52,3 +52,27 @@ def test_flops_formula_matches_torch_flop_counter(kind):
     measured = counter.get_total_flops() / (rows * seq)
     predicted = flops_per_token(model.config, seq)
     assert abs(predicted - measured) / measured < 0.01, (predicted, measured)
+
+
+def test_a_local_folder_s_tokenizer_comes_by_its_class_name_without_torch(tiny_model_dir):
+    """tokenizer_config.json names the class (BertTokenizer): loaded by that name it is the
+    tokenizer AutoTokenizer gives, token for token, and the tokenize stage imports no torch."""
+    import subprocess
+    import sys
+
+    from transformers import AutoTokenizer
+
+    from wellfed.model import load_tokenizer, named_tokenizer
+
+    ours, auto = load_tokenizer(str(tiny_model_dir)), AutoTokenizer.from_pretrained(
+        str(tiny_model_dir), use_fast=True)
+    assert type(ours) is type(auto) and ours.model_input_names == auto.model_input_names
+    texts, pairs = ["hello world", "A longer sentence, with punctuation!"], ["one", "two"]
+    assert ours(texts, pairs, truncation=True, max_length=8) == \
+        auto(texts, pairs, truncation=True, max_length=8)
+    code = ("import sys; from wellfed.model import load_tokenizer; "
+            f"load_tokenizer({str(tiny_model_dir)!r}); print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+    (tiny_model_dir.parent / "unnamed").mkdir(exist_ok=True)
+    assert named_tokenizer(str(tiny_model_dir.parent / "unnamed")) is None  # AutoTokenizer's
