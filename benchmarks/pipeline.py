@@ -40,6 +40,7 @@ from pathlib import Path
 import yaml
 
 import harness
+import train_stage
 from train_stage import HERE, PROJECT, commit, env, kept_cases, timed
 
 MODEL = os.environ.get("WELLFED_BENCH_MODEL", "minilm")
@@ -60,20 +61,9 @@ def git(project: Path, *args: str) -> None:
 def make_project(root: Path, rows: int) -> Path:
     """A scratch git + DVC repo of the pipeline with the first `rows` SST-2 train rows, SST-2
     dev as validation, no test split, 1 epoch, validation at the end only."""
-    root.mkdir(parents=True)
-    for name in ("params.yaml", "dvc.yaml"):
-        shutil.copy(PROJECT / name, root / name)
-    shutil.copytree(PROJECT / "stages", root / "stages",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    train_stage.make_project(root, rows)
     shutil.copytree(PROJECT / "src", root / "src", ignore=shutil.ignore_patterns("__pycache__"))
-    raw = root / "data" / "raw"
-    raw.mkdir(parents=True)
-    lines = (harness.SST2 / "train.tsv").read_text(encoding="utf-8").splitlines(True)
-    (raw / "train.tsv").write_text("".join(lines[:rows + 1]), encoding="utf-8")
-    shutil.copy(harness.SST2 / "dev.tsv", raw / "dev.tsv")
     params = yaml.safe_load((root / "params.yaml").read_text())
-    params["prepare"]["test"] = ""
-    params["train"].update(epochs=1, eval_every=0)
     if MODEL == "bert_base":  # a config beside MiniLM's tokenizer: random init on both sides
         model_dir = root / "bert_base"
         shutil.copytree(harness.model_path(), model_dir, ignore=shutil.ignore_patterns(
