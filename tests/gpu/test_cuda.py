@@ -215,7 +215,6 @@ def test_auto_budget_probe_finds_a_fitting_budget_on_the_device():
     """micro_batch_tokens auto on the real GPU, bounded by a planted memory fraction so the
     search meets a real CUDA out-of-memory error: the budget is > 0, below what was asked for,
     and a micro-batch of that many tokens then trains."""
-    from wellfed.train import autobatch
 
     model = bert(hidden=256, layers=4)
     cfg = TrainConfig(precision="bf16", micro_batch_tokens="auto", global_batch_size=1 << 16,

@@ -95,6 +95,12 @@ def test_a_graphed_run_equals_the_same_plan_run_eagerly(tiny_model_dir, token_fi
 def test_no_host_sync_once_every_shape_is_captured(tiny_model_dir, token_file):
     s, _, _ = run(tiny_model_dir, token_file, steps=400, until_captured=True)
     assert set(s.spec.shapes()) <= set(s.graphs.micro)
+    assert_no_host_sync(s, token_file)
+
+
+def assert_no_host_sync(s, token_file, steps=20):
+    """`steps` more steps of a captured setup `s` with CUDA's sync debug mode raising on any
+    host sync, each loss finite."""
     data = TokenFile(token_file)
     meter = StepMeter(CUDA, Peak(1e15, "test"), s.model.config)
     fed = feed(s, data, token_file, 0, epoch=0, epochs=100)
@@ -102,10 +108,10 @@ def test_no_host_sync_once_every_shape_is_captured(tiny_model_dir, token_file):
     torch.cuda.set_sync_debug_mode("error")
     try:
         results = [train_step(s, step, batches, meter, data.lengths)
-                   for step, batches in itertools.islice(fed, 20)]
+                   for step, batches in itertools.islice(fed, steps)]
     finally:
         torch.cuda.set_sync_debug_mode("default")
-    assert len(results) == 20 and all(np.isfinite(float(r.loss)) for r in results)
+    assert len(results) == steps and all(np.isfinite(float(r.loss)) for r in results)
 
 
 @pytest.mark.parametrize("dropout", [False, True])

@@ -13,14 +13,12 @@ Skipped without a CUDA device: `python -m pytest tests/gpu -m cuda` on a GPU box
 from __future__ import annotations
 
 import contextlib
-import itertools
 
-import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
 
-from tests.gpu.test_cuda_graphs import CUDA, assert_same_learning, run
+from tests.gpu.test_cuda_graphs import CUDA, assert_no_host_sync, assert_same_learning, run
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -57,25 +55,9 @@ def test_the_all_reduce_is_captured_and_learns_as_one_worker(tiny_model_dir, tok
 
 
 def test_no_host_sync_once_captured_with_the_all_reduce(tiny_model_dir, token_file, nccl):
-    from wellfed.data.token_files import TokenFile
-    from wellfed.telemetry.meter import StepMeter
-    from wellfed.telemetry.peak import Peak
-    from wellfed.train.feeding import feed
-    from wellfed.train.step import train_step
-
     s, _, _ = run(tiny_model_dir, token_file, steps=400, until_captured=True)
     assert s.graphs.flat.shared and s.graphs.update is not None
-    data = TokenFile(token_file)
-    meter = StepMeter(CUDA, Peak(1e15, "test"), s.model.config)
-    fed = feed(s, data, token_file, 0, epoch=0, epochs=100)
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        results = [train_step(s, step, batches, meter, data.lengths)
-                   for step, batches in itertools.islice(fed, 20)]
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    assert len(results) == 20 and all(np.isfinite(float(r.loss)) for r in results)
+    assert_no_host_sync(s, token_file)
 
 
 def test_a_capture_failure_with_a_group_updates_eagerly_and_learns_the_same(
