@@ -42,6 +42,7 @@ import yaml
 import harness
 import train_stage
 from train_stage import HERE, PROJECT, commit, env, kept_cases, timed
+from wellfed.telemetry.budget import same_process
 
 MODEL = os.environ.get("WELLFED_BENCH_MODEL", "minilm")
 BERT_BASE = {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
@@ -92,8 +93,8 @@ def wellfed_run(project: Path, cmd: list[str]) -> dict:
     found = budgets(project)
     evaluate = found.get("evaluate", {})
     line = [s for s in out.splitlines() if s.startswith("[wellfed] pipeline ")]
-    ran = {k: v for k, v in found.items()
-           if v.get("dvc") and v["dvc"] == evaluate.get("dvc")}  # this run's stages only
+    ran = {k: v for k, v in found.items()  # this run's stages only
+           if v.get("dvc") and same_process(evaluate.get("dvc"), v["dvc"])}
     metrics = json.loads((project / "data" / "eval" / "metrics.json").read_text())
     return {"wall_s": round(seconds, 1), "pipeline_line": line[-1] if line else None,
             "stages_s": {k: v["total_s"] for k, v in ran.items()},
@@ -118,15 +119,14 @@ def trainer_run(project: Path, lr: str = "1e-4") -> dict:
 
 def interleaved(kind: str, rows: int, project: Path) -> dict:
     runs = {"wellfed": [], "trainer": []}
-    lrs = iter(LRS)
     for n, side in enumerate(ORDERS.get(rows, DEFAULT_ORDER), 1):
+        # the k-th iteration of each side at the same new lr: equal learning, pair by pair
+        lr = LRS[len(runs[side])] if kind == "iteration" else "1e-4"
         if side == "trainer":
-            record = trainer_run(project, runs["wellfed"][-1]["lr"] if kind == "iteration"
-                                 and runs["wellfed"] else "1e-4")
+            record = trainer_run(project, lr)
         elif kind == "pipeline":
             record = wellfed_run(project, ["dvc", "repro", "--force"])
         else:
-            lr = next(lrs)
             record = {**wellfed_run(project, ["dvc", "exp", "run", "-S", f"train.lr={lr}"]),
                       "lr": lr}
         record["order"] = n
