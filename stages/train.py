@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from wellfed import watchdog
+from wellfed import heap, watchdog
 from wellfed.cli import one_line, stage
 from wellfed.config import SECTIONS, flatten, load_params
 from wellfed.model import resolve_source
@@ -49,6 +49,7 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir, *, budget):
         print(f"[wellfed] {done}")
         return
     watchdog.finish_when_orphaned()  # dvc gone from here on: the outputs are seconds away
+    heap.settle()  # trained: the export and MLflow's passes need not walk torch's heap again
     with marked_failed(uri, run_id):  # the stage fails after training: so does the MLflow run
         history, outputs = export.export(trained, tokens, meta, train_cfg, model_dir, uri, run_id,
                                          clock)
