@@ -114,11 +114,8 @@ def assert_no_host_sync(s, token_file, steps=20):
     assert len(results) == steps and all(np.isfinite(float(r.loss)) for r in results)
 
 
-@pytest.mark.parametrize("dropout", [False, True])
-def test_a_capture_failure_falls_back_to_eager_and_learns_the_same(tiny_model_dir, token_file,
-                                                                    monkeypatch, capsys, dropout):
-    """Dropout on too: the failed capture must leave the random generator usable, and the
-    fallback draws the masks an eager run draws."""
+def run_with_a_failing_capture(model_dir, token_file, monkeypatch, dropout):
+    """`run` with a host sync planted in the forward while capturing: every capture fails."""
     forward = graphs.forward_backward
 
     def syncs_in_capture(s, buffers):
@@ -127,8 +124,18 @@ def test_a_capture_failure_falls_back_to_eager_and_learns_the_same(tiny_model_di
         return forward(s, buffers)
 
     monkeypatch.setattr(graphs, "forward_backward", syncs_in_capture)
-    fallen = run(tiny_model_dir, token_file, dropout=dropout)
-    monkeypatch.setattr(graphs, "forward_backward", forward)
+    try:
+        return run(model_dir, token_file, dropout=dropout)
+    finally:
+        monkeypatch.setattr(graphs, "forward_backward", forward)
+
+
+@pytest.mark.parametrize("dropout", [False, True])
+def test_a_capture_failure_falls_back_to_eager_and_learns_the_same(tiny_model_dir, token_file,
+                                                                    monkeypatch, capsys, dropout):
+    """Dropout on too: the failed capture must leave the random generator usable, and the
+    fallback draws the masks an eager run draws."""
+    fallen = run_with_a_failing_capture(tiny_model_dir, token_file, monkeypatch, dropout)
     g = fallen[0].graphs
     assert g.failed and not g.capture and not g.micro and g.replays == 0
     assert "CUDA graph capture failed" in capsys.readouterr().out

@@ -18,7 +18,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from tests.gpu.test_cuda_graphs import CUDA, assert_no_host_sync, assert_same_learning, run
+from tests.gpu.test_cuda_graphs import (CUDA, assert_no_host_sync, assert_same_learning, run,
+                                        run_with_a_failing_capture)
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -65,18 +66,7 @@ def test_a_capture_failure_with_a_group_updates_eagerly_and_learns_the_same(
     """The update's capture is agreed over the group (one all-reduce MIN, here of one rank);
     after a failed capture the run goes on with the same learning, its update and all-reduce
     eager, or replayed where the update was captured before the failure."""
-    from wellfed.train import graphs
-
-    forward = graphs.forward_backward
-
-    def syncs_in_capture(s, buffers):
-        if torch.cuda.is_current_stream_capturing():
-            torch.cuda.synchronize()  # not allowed while capturing: the capture fails
-        return forward(s, buffers)
-
-    monkeypatch.setattr(graphs, "forward_backward", syncs_in_capture)
-    fallen = run(tiny_model_dir, token_file, dropout=False)
-    monkeypatch.setattr(graphs, "forward_backward", forward)
+    fallen = run_with_a_failing_capture(tiny_model_dir, token_file, monkeypatch, False)
     g = fallen[0].graphs
     assert g.failed and not g.micro and g.flat.shared
     assert "CUDA graph capture failed" in capsys.readouterr().out
