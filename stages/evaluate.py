@@ -14,7 +14,7 @@ from wellfed.compare import sweep_summary
 from wellfed.config import load_params
 from wellfed.data.token_files import TokenFile
 from wellfed.evaluate import files, predictions, scores, temperature
-from wellfed.outputs import atomic_path, check_room, write_json
+from wellfed.outputs import check_room, write_json
 from wellfed.track import eval_tracking, tracking
 from wellfed.use import serving
 
@@ -41,7 +41,8 @@ def main(tokens_dir, model_dir, run_json, validation_outputs, eval_dir, *, budge
         with clock("model load"):
             model = predictions.load_exported(model_dir)
         with clock("predict"):
-            outputs = predictions.predict_exported(model, data, meta["pad_id"], task, split)
+            outputs = predictions.predict_exported(model, data, meta["pad_id"], task,
+                                                   f"evaluate: {split}")
     with clock("scores"):
         metrics = {"split": split, "task": task,
                    **scores.score_task(task, data.labels, outputs, names, threshold),

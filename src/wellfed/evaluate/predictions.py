@@ -66,11 +66,13 @@ def load_exported(model_dir):
     return AutoModelForSequenceClassification.from_pretrained(model_dir)
 
 
-def predict_exported(model, data: TokenFile, pad_id: int, task: str, split: str) -> np.ndarray:
-    """Every row's outputs of `model` on `data`, on the GPU when there is one."""
+def predict_exported(model, data: TokenFile, pad_id: int, task: str, desc: str,
+                     logits: bool = False) -> np.ndarray:
+    """Every row's outputs (or `logits`) of `model` on `data`, on the GPU when there is one;
+    `desc` names the pass on its progress bar."""
     device = torch.device("cuda" if dev.cuda_available() else "cpu")
     return predict(model, data, pad_id, device, dev.choose_precision("auto", device), task=task,
-                   desc=f"evaluate: {split}")
+                   logits=logits, desc=desc)
 
 
 def from_training(path, data: TokenFile) -> np.ndarray | None:
@@ -90,12 +92,8 @@ def from_training(path, data: TokenFile) -> np.ndarray | None:
 def validation_logits(model_dir, data: TokenFile, pad_id: int, task: str):
     """The exported model in `model_dir` and its logits on `data` (the validation split), on the
     GPU when there is one: one pass for the threshold and the calibration both."""
-    from transformers import AutoModelForSequenceClassification
-
-    device = torch.device("cuda" if dev.cuda_available() else "cpu")
-    model = AutoModelForSequenceClassification.from_pretrained(model_dir)
-    return model, predict(model, data, pad_id, device, dev.choose_precision("auto", device),
-                          task=task, logits=True, desc="export: validation")
+    model = load_exported(model_dir)
+    return model, predict_exported(model, data, pad_id, task, "export: validation", logits=True)
 
 
 def threshold_on(gold: np.ndarray, probs: np.ndarray) -> tuple[float, float, float]:

@@ -232,10 +232,8 @@ def calibrate_model(model_dir: Path, data, pad_id: int, task: str, mode: str,
     if mode == "none":
         return Calibrated({**off, "reason": "train.calibrate: none"}, {},
                           "calibration: off (train.calibrate: none)", threshold)
-    from transformers import AutoModelForSequenceClassification
-
     from wellfed.data import coverage
-    from wellfed.evaluate.predictions import predict
+    from wellfed.evaluate.predictions import load_exported, predict_exported
 
     model_dir = Path(model_dir)
     present = coverage.counts(task, data.labels, label_names(model_dir))
@@ -246,15 +244,14 @@ def calibrate_model(model_dir: Path, data, pad_id: int, task: str, mode: str,
             f"{gap.problem}: a temperature fitted there says nothing of the other classes)",
             threshold)
     if logits is None:
-        device = torch.device("cuda" if dev.cuda_available() else "cpu")
-        model = AutoModelForSequenceClassification.from_pretrained(model_dir)
-        logits = predict(model, data, pad_id, device, dev.choose_precision("auto", device),
-                         task=task, logits=True, desc="calibration: validation")
+        model = load_exported(model_dir)
+        logits = predict_exported(model, data, pad_id, task, "calibration: validation",
+                                  logits=True)
     fitted = fit(task, logits, data.labels, threshold)
     apply, why = decide(mode, fitted)
     if apply:
         if model is None:  # the fold needs the weights, the fit did not
-            model = AutoModelForSequenceClassification.from_pretrained(model_dir)
+            model = load_exported(model_dir)
         probe = data.gather(np.arange(min(PROBE_ROWS, len(data))), pad_id, 1)
         problem = fold(model, fitted.temperatures, probe)
         if problem:

@@ -11,7 +11,7 @@ import numpy as np
 
 from wellfed import tasks
 from wellfed.data.token_files import TokenFile
-from wellfed.evaluate import temperature
+from wellfed.evaluate import predictions, temperature
 from wellfed.outputs import atomic_path
 from wellfed.telemetry.phases import Phases
 from wellfed.track import tracking
@@ -70,13 +70,9 @@ def export(trained, tokens_dir: Path, meta: dict, train_cfg, model_dir: Path, ur
     tune = task == "multi_label" and train_cfg.threshold == "tune"
     model = None
     if logits is None and task != "regression" and (tune or train_cfg.calibrate != "none"):
-        from wellfed.evaluate import predictions
-
         with clock("validation pass"):  # once, for the threshold and the calibration
             model, logits = predictions.validation_logits(model_dir, validation, pad_id, task)
     if tune:
-        from wellfed.evaluate import predictions
-
         with clock("threshold"):  # on the scores as trained: calibration then keeps its decisions
             fixed, f1, half = predictions.threshold_on(
                 validation.labels, temperature.probabilities(task, logits))
