@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -152,3 +153,22 @@ def read_only(folder: Path):
         yield
     finally:
         subprocess.run(undo, check=True)
+
+
+@contextlib.contextmanager
+def own_wellfed():
+    """Around an in-process `mlflow.pyfunc.load_model`: a logged model puts the wellfed files it
+    carries (a few of them: use/serving.py and what it imports) first on sys.path and imports
+    them as `wellfed`; afterwards this checkout's wellfed is back, so a later test's
+    `import wellfed.data` finds it (run alone, tests/e2e/test_pipeline.py's last test did not)."""
+    def ours():
+        return {k: v for k, v in sys.modules.items() if k == "wellfed" or k.startswith("wellfed.")}
+
+    path, modules = list(sys.path), ours()
+    try:
+        yield
+    finally:
+        sys.path[:] = path
+        for name in ours():
+            del sys.modules[name]
+        sys.modules.update(modules)

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.conftest import own_wellfed
 from wellfed.track import tracking
 from wellfed.use import serving
 
@@ -168,9 +169,10 @@ def test_registered_model_loads_with_pyfunc_and_answers_in_input_order(registere
     assert info.signature.inputs.input_names() == ["sentence"]
 
     mlflow.set_tracking_uri(uri)
-    model = mlflow.pyfunc.load_model("models:/serve-classifier/1")
     frame = pd.DataFrame({"sentence": TEXTS})
-    out = model.predict(frame)
+    with own_wellfed():
+        model = mlflow.pyfunc.load_model("models:/serve-classifier/1")
+        out = model.predict(frame)
     expected = serving.predict(predictor, frame)
     assert out["label"].tolist() == expected["label"].tolist()
     np.testing.assert_allclose(out["score"], expected["score"], atol=1e-6)

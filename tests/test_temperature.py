@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 import torch
 
+from tests.conftest import own_wellfed
 from wellfed import device as dev
 from wellfed import tasks
 from wellfed.config import load_section
@@ -254,7 +255,8 @@ def test_the_predictor_pipeline_and_served_model_give_evaluates_scores(single, t
     run_id = tracking.start_run(uri, "calibrated", "r")
     info, _ = serving.log_model(uri, run_id, single.model_dir, "calibrated-classifier")
     mlflow.set_tracking_uri(uri)
-    served = mlflow.pyfunc.load_model(info.model_uri).predict(frame)
+    with own_wellfed():
+        served = mlflow.pyfunc.load_model(info.model_uri).predict(frame)
     np.testing.assert_allclose(served[["prob_neg", "prob_neu", "prob_pos"]].to_numpy(), evaluated,
                                atol=1e-5)
     named = np.array(["neg", "neu", "pos"])[evaluated.argmax(1)]

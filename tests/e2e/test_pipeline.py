@@ -6,6 +6,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests.conftest import own_wellfed
 from tests.e2e.pipeline import make_project, mlflow_runs, run
 
 pytestmark = pytest.mark.e2e
@@ -107,8 +108,9 @@ def test_mlflow_shows_a_named_run_its_datasets_and_its_registered_model(project)
     assert version.run_id == run_.info.run_id
     assert "[wellfed] model registered: models:/wellfed-classifier/1" in proc.stdout
     mlflow.set_tracking_uri(f"sqlite:///{dest / 'mlflow.db'}")
-    model = mlflow.pyfunc.load_model("models:/wellfed-classifier/1")
-    out = model.predict(pd.DataFrame({"sentence": ["the app was broken .", "wonderful !"]}))
+    with own_wellfed():
+        model = mlflow.pyfunc.load_model("models:/wellfed-classifier/1")
+        out = model.predict(pd.DataFrame({"sentence": ["the app was broken .", "wonderful !"]}))
     assert out["label"].isin(["negative", "neutral", "positive"]).all() and len(out) == 2
 
 
