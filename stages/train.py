@@ -27,8 +27,10 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir, *, budget):
     with clock("params"):
         model_cfg, train_cfg, data_cfg, ray_cfg, mlflow_cfg = load_params(
             "params.yaml", "model", "train", "data", "ray", "mlflow")
-        # MLflow records the whole loaded config, defaults included, not only what the file says.
-        params = flatten(dict(zip(SECTIONS, load_params("params.yaml", *SECTIONS))))
+        # MLflow records the whole loaded config, defaults included, not only what the file
+        # says; not the search section, which no pipeline run reads (wellfed-search does).
+        recorded = [name for name in SECTIONS if name != "search"]
+        params = flatten(dict(zip(recorded, load_params("params.yaml", *recorded))))
     tokens, out, model_dir = Path(tokens_dir), Path(train_dir), Path(model_dir)
     meta = json.loads((tokens / "meta.json").read_text())
     source = resolve_source(meta["model_source"])  # model.name as written: on this machine

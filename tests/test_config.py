@@ -8,7 +8,7 @@ PROJECT_PARAMS = __import__("pathlib").Path(__file__).resolve().parents[1] / "pa
 
 def test_every_section_of_the_project_params_loads():
     sections = load_params(PROJECT_PARAMS, *SECTIONS)
-    assert len(sections) == len(SECTIONS) == 8
+    assert len(sections) == len(SECTIONS) == 9
     assert [type(s) for s in sections] == list(SECTIONS.values())
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from wellfed.config.inputs import PrepareConfig, TokenizeConfig
 from wellfed.config.running import MlflowConfig, PredictConfig, RayConfig
+from wellfed.config.search import SearchConfig
 from wellfed.config.training import DataConfig, ModelConfig, TrainConfig
 
 SECTIONS: dict[str, type] = {
@@ -15,4 +16,5 @@ SECTIONS: dict[str, type] = {
     "ray": RayConfig,
     "mlflow": MlflowConfig,
     "predict": PredictConfig,
+    "search": SearchConfig,
 }

@@ -109,6 +109,18 @@ def profiler(window: tuple[int, int] | None, done: int, place: Place, out: Path)
         yield prof
 
 
+@contextlib.contextmanager
+def sampling(device: torch.device):
+    """The device's sampler (telemetry/gpu.py) for the loop's span, stopped however the loop
+    ends: a search trial that its scheduler stops leaves through an exception, and the warm
+    process it ran in trains the next trial."""
+    sampler = DeviceSampler(device).start()
+    try:
+        yield sampler
+    finally:
+        sampler.stop()
+
+
 def close_interval(values: list[StepResult], pending: list[dict], world: int) -> None:
     """Fill the interval's step records with loss (mean over ranks: one all-reduce), grad norm
     (the same on every rank after DDP) and the skipped flag."""
@@ -134,7 +146,8 @@ def check_finite(bad: int, pending: list[dict], max_bad_steps: int) -> int:
 def train(job: TrainJob, place: Place, report: Report, *, resume: Path | None = None,
           wrap: Callable = lambda model: model,
           stop: Callable[[], bool] | None = None,
-          scratch: Callable = tempfile.TemporaryDirectory) -> TrainState:
+          scratch: Callable = tempfile.TemporaryDirectory,
+          validate_at: frozenset[int] | None = None, checkpoints: bool = True) -> TrainState:
     """Train `job` on `place.device`; return the final training state (step, history, best...).
 
     `wrap` turns the model into its distributed form (Ray: prepare_model -> DDP); `resume` is a
@@ -142,6 +155,9 @@ def train(job: TrainJob, place: Place, report: Report, *, resume: Path | None = 
     early (a preemption signal; it must answer the same on every rank). A validation that beats
     the best so far (train.select_metric) is checkpointed when train.select is best; after
     train.early_stopping_patience validations without one the run checkpoints and ends.
+    A search trial (wellfed/search/trial.py) validates at `validate_at` (its rungs) instead of
+    every train.eval_every steps, and with `checkpoints` False writes none: each validation's
+    report then carries its logits (`val_logits`, one worker), what the trial keeps instead.
     Every report carries `timing`: this attempt's seconds in setup (model load, optimizer,
     peak measurement), steps, validation, checkpoints and reports (telemetry/phases.py)."""
     started, clock = time.perf_counter(), Phases()
@@ -179,7 +195,6 @@ def train(job: TrainJob, place: Place, report: Report, *, resume: Path | None = 
     facts = WorkerFacts(place.rank, s.steps, s.precision.name, s.precision.reason,
                         s.spec.pad_multiple, name, place.node, meter.peak.flops,
                         meter.peak.source)
-    sampler = DeviceSampler(device).start()
     fed = feed(s, train_data, job.tokens_dir / "train.arrow", job.pad_id, place.rank,
                state.epoch, state.index, cfg.epochs, job.data.loader_workers,
                job.data.prefetch)
@@ -188,7 +203,8 @@ def train(job: TrainJob, place: Place, report: Report, *, resume: Path | None = 
 
     pending, values, bad = [], [], 0
     clock.add("setup", time.perf_counter() - started)
-    with tempfile.TemporaryDirectory(prefix="wellfed-profile-") as traces, \
+    with sampling(device) as sampler, \
+            tempfile.TemporaryDirectory(prefix="wellfed-profile-") as traces, \
             profiler(cfg.profile_range(), state.step, place, Path(traces)) as prof:
         for step, batches in fed:
             if state.step >= s.steps or (patience and state.best.since >= patience):
@@ -204,10 +220,11 @@ def train(job: TrainJob, place: Place, report: Report, *, resume: Path | None = 
                             "real_tokens": step.real_tokens, "padded_tokens": step.padded_tokens})
             last = state.step >= s.steps
             stopping = not last and stop is not None and stop()
-            do_eval = last or (not stopping and cfg.eval_every  # a stop has a deadline: no eval
-                               and state.step % cfg.eval_every == 0)
-            do_ckpt = last or stopping or (cfg.checkpoint_every
-                                           and state.step % cfg.checkpoint_every == 0)
+            due = (state.step in validate_at if validate_at is not None else
+                   cfg.eval_every and state.step % cfg.eval_every == 0)
+            do_eval = last or (not stopping and due)  # a stop has a deadline: no eval
+            do_ckpt = checkpoints and (last or stopping or (
+                cfg.checkpoint_every and state.step % cfg.checkpoint_every == 0))
             if not (do_eval or do_ckpt or state.step % cfg.report_every == 0):
                 continue
             with clock("steps"):  # on a GPU, where the queued steps are waited for
@@ -222,7 +239,7 @@ def train(job: TrainJob, place: Place, report: Report, *, resume: Path | None = 
                 new_best = selection.observe(state.best, val, state.step)
                 early = bool(patience) and not last and state.best.since >= patience
                 # A new best may become data/model, so it gets a checkpoint of its own.
-                do_ckpt = do_ckpt or early or (new_best and cfg.select == "best")
+                do_ckpt = checkpoints and (do_ckpt or early or (new_best and cfg.select == "best"))
             state.history += pending[:-1] + [dict(pending[-1], **(val or {}))]
             saving = do_ckpt and place.rank == 0
             with (scratch() if saving else contextlib.nullcontext()) as tmp:
@@ -234,15 +251,16 @@ def train(job: TrainJob, place: Place, report: Report, *, resume: Path | None = 
                     sent = WorkerReport(facts, run_facts(s), pending, interval, telemetry,
                                         sampler.kind, dict(clock.seconds), val,
                                         (state.best.rank if new_best else 0) if do_ckpt
-                                        else None)
-                    report(sent.as_dict(), Path(tmp) if saving else None)
+                                        else None).as_dict()
+                    if not checkpoints and logits is not None:
+                        sent["val_logits"] = logits
+                    report(sent, Path(tmp) if saving else None)
             pending, values = [], []
             meter.reset()
             if early and place.rank == 0:
                 print(selection.stop_line(state.best, state.step), flush=True)
             if stopping or early:
                 break
-    sampler.stop()
     if place.rank == 0 and s.graphs is not None and s.graphs.capture:
         g = s.graphs
         print(f"[wellfed] CUDA graphs: {len(g.micro)} shapes and the update captured in "

@@ -1,0 +1,302 @@
+"""The search, top to bottom: plan it (metric, budget, rungs, id, folder), open its MLflow parent
+run, start Ray, run the search phase and the final check (search/tuning.py), say the verdict,
+and hand the winner to `dvc exp run` (search/winner.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import signal
+from pathlib import Path
+
+from wellfed.config import (DataConfig, MlflowConfig, ModelConfig, RayConfig, SearchConfig,
+                            TrainConfig, flatten)
+from wellfed.outputs import write_json
+from wellfed.search import proof, report, space, story, tuning
+from wellfed.search.rungs import Rungs, milestones, validation_steps
+from wellfed.search.trial import Setting
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What the search is, before any trial: checked, named and placed."""
+
+    search_id: str
+    folder: Path
+    metric: str
+    lower: bool
+    full: int
+    rungs: tuple[int, ...]
+    rows: int
+    task: str
+
+
+def plan(search_cfg: SearchConfig, train_cfg: TrainConfig, model_cfg: ModelConfig,
+         tokens: Path, meta: dict, root: Path) -> Plan:
+    """The ranked metric (one line naming search.metric when the task has no such figure), the
+    full budget and its rungs, and the search's id and folder."""
+    from wellfed.data.token_files import TokenFile
+    from wellfed.train.selection import LOWER_IS_BETTER, val_keys
+    from wellfed.train.setup import total_steps
+    from wellfed.tasks import HEADLINE
+
+    task = meta.get("task", "single_label")
+    metric = HEADLINE[task] if search_cfg.metric == "auto" else search_cfg.metric
+    if metric not in val_keys(task):
+        raise ValueError(f"search.metric {search_cfg.metric!r} is not a validation figure of "
+                         f"this {task} task (data/tokens/meta.json); use auto ({HEADLINE[task]}) "
+                         f"or one of {', '.join(val_keys(task))}")
+    rows = len(TokenFile(tokens / "train.arrow"))
+    planned = total_steps(rows, train_cfg)
+    full = search_cfg.full_steps(planned)
+    rf = search_cfg.reduction_factor
+    if search_cfg.min_steps * rf > full:
+        what = (f"search.max_steps {search_cfg.max_steps}" if search_cfg.max_steps else
+                f"search.max_steps 0 (the train section's {planned} steps)")
+        raise ValueError(f"{what} leaves ASHA no rung to stop a trial at: it needs at least "
+                         f"search.min_steps x search.reduction_factor = "
+                         f"{search_cfg.min_steps * rf} steps; lower search.min_steps or set "
+                         f"search.max_steps")
+    digest = json.dumps(meta.get("split_fingerprints", {}), sort_keys=True)
+    search_id = space.search_id(search_cfg, train_cfg, model_cfg, digest)
+    return Plan(search_id, root / search_id, metric, metric in LOWER_IS_BETTER, full,
+                validation_steps(search_cfg.min_steps, full, rf), rows, task)
+
+
+def run(search_cfg: SearchConfig, train_cfg: TrainConfig, model_cfg: ModelConfig,
+        data_cfg: DataConfig, ray_cfg: RayConfig, mlflow_cfg: MlflowConfig, tokens: Path,
+        meta: dict, root: Path, project: Path, run_exp: bool = True) -> dict:
+    """Run (or resume) the search; return its result (`stopped`: the exit code when a signal
+    stopped it)."""
+    import mlflow
+
+    from wellfed.cluster import connect, local_token_auth
+    from wellfed.track.tracking import tracking_uri
+    from wellfed.train import preemption
+    from wellfed.train.preflight import wants_gpu
+
+    p = plan(search_cfg, train_cfg, model_cfg, tokens, meta, root)
+    p.folder.mkdir(parents=True, exist_ok=True)
+    uri = tracking_uri(mlflow_cfg.tracking_uri, project)
+    parent = story.parent_run(uri, mlflow_cfg.experiment, p.search_id,
+                              {**flatten({"search": search_cfg}), "search.metric": p.metric,
+                               "search.budget_steps": p.full})
+    write_json(p.folder / "search.json", {"search_id": p.search_id, "mlflow_parent": parent,
+                                          "tracking_uri": uri, "metric": p.metric,
+                                          "full_steps": p.full, "rungs": list(p.rungs)})
+    print(f"[wellfed] search {p.search_id}: {search_cfg.trials} trials over "
+          f"{', '.join(d.text() + ' (' + d.key + ')' for d in search_cfg.dimensions())}; "
+          f"{p.metric} ranks them; budget {search_cfg.min_steps}-{p.full} steps, rungs at "
+          f"{', '.join(map(str, p.rungs[:-1]))}; folder {p.folder}; MLflow parent run {parent}",
+          flush=True)
+    tuning.environment()
+    local_token_auth(ray_cfg)
+    with preemption.daemons_apart(local=not (ray_cfg.address or _env_address())):
+        connect(ray_cfg)
+    import ray
+
+    client = mlflow.MlflowClient(uri)
+    try:
+        use_gpu = wants_gpu(ray_cfg)
+        need = tuning.resources(ray_cfg.cpus_per_worker,
+                                ray_cfg.gpus_per_worker if use_gpu else 0)
+        setting = Setting(train_cfg, model_cfg, data_cfg, str(tokens.resolve()),
+                          _model_source(meta), tuple(meta["labels"]), int(meta["pad_id"]),
+                          p.task, p.rows, p.full, p.rungs, ray_cfg.cpus_per_worker, use_gpu,
+                          story.finished(p.folder), *_staged(ray_cfg, tokens))
+        found = _search_phase(search_cfg, setting, p, need, uri, parent)
+        if found.interrupted:
+            return _stopped(client, parent, found.interrupted, p)
+        reports, configs = _finished(p.folder, "search")
+        ranked = proof.ranked(reports, configs, p.metric, p.lower)
+        if not ranked:
+            raise ValueError(f"no trial of search {p.search_id} reported {p.metric}: see the "
+                             f"failed child runs under MLflow parent run {parent}")
+        chosen = proof.finalists(ranked, search_cfg.finalists)
+        checked = _proof_phase(search_cfg, setting, p, need, uri, parent, chosen)
+        if checked.interrupted:
+            return _stopped(client, parent, checked.interrupted, p)
+    finally:
+        ray.shutdown()
+    finals = proof.groups(*_finished(p.folder, "proof"), p.metric)
+    gold, row_ids = _validation(tokens)
+    check = proof.verdict(finals, p.metric, p.lower, p.task, tuple(meta["labels"]), gold,
+                          row_ids, {})
+    cost = report.compute(reports, search_cfg.trials, p.full)
+    result = {"search_id": p.search_id, "metric": p.metric, "best_trial": ranked[0],
+              "ranked": ranked, "compute": cost, "final_check": check,
+              "mlflow_parent": parent}
+    winner_trial = next((r for g in finals for r in g if r["recipe"] == check["winner"]
+                         and r["seed"] == search_cfg.seeds[0]), None)
+    trained = space.budgeted(space.applied(check["winner"], train_cfg, model_cfg)[0], p.rows,
+                             p.full, search_cfg.seeds[0])
+    result["winner_params"] = space.exp_params(check["winner"], trained)
+    _tell(client, parent, p, ranked[0], cost, check)
+    if run_exp:
+        result.update(_winner(project, p, result["winner_params"], winner_trial, client, parent,
+                              ranked[0], cost, check))
+    else:
+        from wellfed.search import winner
+
+        print("[wellfed] the winner as a DVC experiment: "
+              + " ".join(winner.command(winner.exp_name(p.search_id), result["winner_params"])))
+    write_json(p.folder / "result.json", result)
+    client.set_terminated(parent, "FINISHED")
+    return result
+
+
+def _env_address() -> str:
+    import os
+
+    return os.environ.get("RAY_ADDRESS", "")
+
+
+def _model_source(meta: dict) -> str:
+    from wellfed.model import resolve_source
+
+    return resolve_source(meta["model_source"])
+
+
+def _staged(ray_cfg: RayConfig, tokens: Path) -> tuple[str | None, str | None]:
+    """The token files staged to `ray.storage_path` for a multi-node cluster, else (None, None)."""
+    if not ray_cfg.storage_path:
+        return None, None
+    from wellfed.data import staging
+    from wellfed.train.runs import file_digest
+
+    digest = file_digest([tokens / "train.arrow", tokens / "validation.arrow"])
+    uri, sent = staging.upload(tokens, ray_cfg.storage_path, digest)
+    print(f"[wellfed] token files {'uploaded to' if sent else 'already at'} {uri}", flush=True)
+    return uri, digest
+
+
+def _search_phase(cfg: SearchConfig, setting: Setting, p: Plan, need: dict, uri: str,
+                  parent: str) -> tuning.Phase:
+    import optuna
+    from ray import tune
+    from ray.tune.schedulers import ASHAScheduler
+    from ray.tune.search.optuna import OptunaSearch
+
+    from wellfed.search.trial import run_trial
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # "A new study created..."
+    mode = "min" if p.lower else "max"
+    # TPE's random start: Optuna's 10 is most of a 16-trial search; a third of it, 3 at least.
+    sampler = optuna.samplers.TPESampler(seed=cfg.searcher_seed,
+                                         n_startup_trials=max(3, min(10, cfg.trials // 3)))
+    searcher = OptunaSearch(space.optuna_space(cfg.dimensions()), metric=p.metric, mode=mode,
+                            sampler=sampler)
+    scheduler = ASHAScheduler(time_attr="step", grace_period=cfg.min_steps, max_t=p.full,
+                              reduction_factor=cfg.reduction_factor)
+    teller = story.Story(uri, parent, p.search_id, "search", p.folder, p.metric,
+                         Rungs([m for m in milestones(cfg.min_steps, p.full,
+                                                      cfg.reduction_factor) if m < p.full],
+                               cfg.reduction_factor, p.lower), p.full, cfg.trials)
+    phase = tuning.run_phase("tune-search", p.folder,
+                             tune.with_parameters(run_trial, setting=setting), need,
+                             teller.callback(), searcher=searcher, scheduler=scheduler,
+                             metric=p.metric, mode=mode, samples=cfg.trials,
+                             expected=cfg.trials, concurrent=cfg.concurrent,
+                             done=lambda: len(story.ledger(p.folder, "search")))
+    if phase.interrupted:
+        teller.interrupted()
+    return phase
+
+
+def _proof_phase(cfg: SearchConfig, setting: Setting, p: Plan, need: dict, uri: str,
+                 parent: str, chosen: list[dict]) -> tuning.Phase:
+    from ray import tune
+
+    from wellfed.search.trial import run_trial
+
+    print(f"[wellfed] final check: {len(chosen)} finalist(s) x {len(cfg.seeds)} seeds at "
+          f"{p.full} steps: " + "; ".join(space.shown(r["recipe"]) for r in chosen), flush=True)
+    teller = story.Story(uri, parent, p.search_id, "proof", p.folder, p.metric,
+                         Rungs([], cfg.reduction_factor, p.lower), p.full,
+                         len(chosen) * len(cfg.seeds))
+    configs = proof.proof_configs(chosen, list(cfg.seeds))
+    phase = tuning.run_phase("tune-proof", p.folder,
+                             tune.with_parameters(run_trial, setting=setting), need,
+                             teller.callback(), param_space={"proof": tune.grid_search(configs)},
+                             expected=len(configs), concurrent=cfg.concurrent,
+                             done=lambda: len(story.ledger(p.folder, "proof")))
+    if phase.interrupted:
+        teller.interrupted()
+    return phase
+
+
+def _finished(folder: Path, phase: str) -> tuple[dict[str, list], dict[str, dict]]:
+    """The phase's finished trials: (trial -> reports, trial -> config)."""
+    found = story.ledger(folder, phase)
+    return ({t: e["reports"] for t, e in found.items()},
+            {t: e["config"] for t, e in found.items()})
+
+
+def _validation(tokens: Path):
+    from wellfed.data.token_files import TokenFile
+
+    val = TokenFile(tokens / "validation.arrow")
+    labels = val.labels if val.labels.ndim == 1 else val.labels.argmax(-1)
+    return labels.astype(int), val.row_ids
+
+
+def _stopped(client, parent: str, signum: int, p: Plan) -> dict:
+    client.set_terminated(parent, "KILLED")
+    name = "Ctrl-C (SIGINT)" if signum == signal.SIGINT else signal.Signals(signum).name
+    print(f"[wellfed] search {p.search_id} stopped by {name}: finished trials are kept "
+          f"({p.folder}); rerun `wellfed-search` to resume it into the same MLflow parent run",
+          flush=True)
+    return {"stopped": 128 + signum}
+
+
+def _tell(client, parent: str, p: Plan, best: dict, cost: dict, check: dict) -> None:
+    text = report.describe(p.search_id, p.metric, best, cost, check)
+    client.set_tag(parent, story.NOTE, text)
+    client.log_batch(parent, metrics=_metrics(report.metrics(cost, best, check, p.metric)))
+    print(f"[wellfed] search {p.search_id}: best trial {best['trial']} "
+          f"({space.shown(best['recipe'])}) {p.metric} {best['value']:.4f} at step "
+          f"{best['step']}; ASHA stopped {cost['stopped_early']} of {cost['trials']} trials "
+          f"early: {cost['steps']:,} steps, "
+          + (f"{cost['share_of_grid']:.0%} of the same trials at full budget"
+             if cost["share_of_grid"] is not None else ""), flush=True)
+    print(f"[wellfed] final check: {check['text']}", flush=True)
+
+
+def _metrics(figures: dict) -> list:
+    import time
+
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    return [Metric(k, float(v), now, 0) for k, v in figures.items()]
+
+
+def _winner(project: Path, p: Plan, params: dict, trial: dict | None, client, parent: str,
+            best: dict, cost: dict, check: dict) -> dict:
+    from wellfed.search import winner
+
+    name = winner.exp_name(p.search_id)
+    if winner.exists(name, project):
+        print(f"[wellfed] the winner's experiment {name} exists already: not run again "
+              f"(`dvc exp apply {name}` puts it in the workspace)", flush=True)
+        return {"winner_exp": name}
+    code = winner.run(name, params, project)
+    if code:
+        raise ValueError(f"the winner's `dvc exp run` failed (exit {code}); its params are in "
+                         f"{p.folder / 'result.json'}")
+    out: dict = {"winner_exp": name}
+    run_file = project / "data" / "train" / "run.json"
+    if run_file.is_file():
+        run_id = json.loads(run_file.read_text())["mlflow_run_id"]
+        client.set_tag(run_id, "mlflow.parentRunId", parent)
+        client.set_tag(run_id, story.SEARCH_TAG, p.search_id)
+        client.set_tag(run_id, story.PHASE_TAG, "winner")
+        out["winner_run"] = run_id
+    same = winner.equal_learning(winner.last_validation(project / "data" / "train"), trial)
+    out["equal_learning"] = same
+    print(f"[wellfed] equal learning: {same['text']}", flush=True)
+    client.set_tag(parent, story.NOTE, report.describe(
+        p.search_id, p.metric, best, cost, check, name, out.get("winner_run"))
+        + f"\n\n**Equal learning:** {same['text']}.")
+    return out

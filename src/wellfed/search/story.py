@@ -1,0 +1,238 @@
+"""MLflow tells a search's story: one parent run per search, each trial a child run with its
+recipe, its curve, the rung it stopped at and why.
+
+`Story` is a Ray Tune callback on the driver (Rank 0 logic lives in the sinks: trials only
+report). It opens a trial's child run when Tune starts the trial, logs each report at its step,
+mirrors ASHA's decisions (search/rungs.py), and closes the child with its outcome. A finished
+trial's reports are also written to the search folder (`finished/<trial id>.json`): a resumed
+search hands them back to Tune instead of training the trial again (search/trial.py). A trial
+cut off by a kill restarts from its first step into the same child run; steps the child holds
+already are not logged again (the same seed and batches give the same values).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from wellfed.outputs import write_json
+from wellfed.search import space
+from wellfed.search.rungs import Rungs
+from wellfed.track.tracking import EXPERIMENT_KIND
+
+SEARCH_TAG = "wellfed.search"
+"""On the parent and every child: the search's id."""
+TRIAL_TAG = "wellfed.search.trial"
+PHASE_TAG = "wellfed.search.phase"
+OUTCOME_TAG = "wellfed.search.outcome"
+RECIPE_TAG = "wellfed.search.recipe"
+NOTE = "mlflow.note.content"
+
+
+def parent_run(uri: str, experiment: str, search_id: str, params: dict) -> str:
+    """The search's parent run: found by its tag (a resumed search goes on in it) or made."""
+    import mlflow
+
+    from wellfed.track.tracking import store_lock
+
+    with store_lock(uri):
+        client = mlflow.MlflowClient(uri)
+        exp = client.get_experiment_by_name(experiment)
+        exp_id = exp.experiment_id if exp else client.create_experiment(
+            experiment, tags=dict([EXPERIMENT_KIND]))
+        found = client.search_runs([exp_id], f"tags.`{SEARCH_TAG}` = '{search_id}' and "
+                                   f"tags.`{PHASE_TAG}` = 'parent'", max_results=1)
+        if found:
+            client.update_run(found[0].info.run_id, status="RUNNING")
+            return found[0].info.run_id
+        run = client.create_run(exp_id, run_name=f"search {search_id}",
+                                tags={SEARCH_TAG: search_id, PHASE_TAG: "parent"})
+        client.log_batch(run.info.run_id, params=_params(params))
+        return run.info.run_id
+
+
+def _params(params: dict) -> list:
+    from mlflow.entities import Param
+
+    return [Param(k, str(v)[:6000]) for k, v in params.items()]
+
+
+class Story:
+    """The Tune callback (ray.tune.Callback's hooks; `callback()` makes the Tune object)."""
+
+    def __init__(self, uri: str, parent: str, search_id: str, phase: str, folder: Path,
+                 metric: str, rungs: Rungs, full: int, total: int = 0):
+        import mlflow
+
+        self.client = mlflow.MlflowClient(uri)
+        self.experiment = self.client.get_run(parent).info.experiment_id
+        self.parent, self.search_id, self.phase = parent, search_id, phase
+        self.folder, self.metric, self.rungs, self.full = folder, metric, rungs, full
+        self.runs: dict[str, str] = {}
+        self.configs: dict[str, dict] = {}
+        self.logged: dict[str, int] = {}
+        self.reports: dict[str, list] = {}
+        self.started: dict[str, float] = {}
+        self.walls: dict[str, float] = {}
+        self.total, self.begun, self.done_before = total, time.time(), None
+        (folder / "finished").mkdir(parents=True, exist_ok=True)
+        state = folder / f"rungs-{phase}.json"
+        if state.is_file():
+            rungs.restore(json.loads(state.read_text()))
+
+    def callback(self):
+        from ray import tune
+
+        story = self
+
+        class _Callback(tune.Callback):
+            def on_trial_start(self, iteration, trials, trial, **info):
+                story.start(trial.trial_id, trial.config)
+
+            def on_trial_result(self, iteration, trials, trial, result, **info):
+                story.result(trial.trial_id, result)
+
+            def on_trial_complete(self, iteration, trials, trial, **info):
+                story.complete(trial.trial_id)
+
+            def on_trial_error(self, iteration, trials, trial, **info):
+                story.error(trial.trial_id, str(getattr(trial, "error_file", "") or ""))
+
+        return _Callback()
+
+    def child(self, trial: str, config: dict) -> str:
+        """The trial's child run: found by its tags (a resumed search), else made."""
+        found = self.client.search_runs(
+            [self.experiment], f"tags.`{SEARCH_TAG}` = '{self.search_id}' and "
+            f"tags.`{TRIAL_TAG}` = '{trial}'", max_results=1)
+        if found:
+            run = found[0]
+            history = self.client.get_metric_history(run.info.run_id, "train/loss")
+            self.logged[trial] = max((m.step for m in history), default=0)
+            if run.info.status != "RUNNING":
+                self.client.update_run(run.info.run_id, status="RUNNING")
+            return run.info.run_id
+        from wellfed.search.trial import recipe_of
+
+        recipe, seed, phase = recipe_of(config)
+        label = space.shown(recipe) + (f", seed {seed}" if seed is not None else "")
+        run = self.client.create_run(
+            self.experiment, run_name=f"{phase} {trial}: {label}"[:250],
+            tags={SEARCH_TAG: self.search_id, TRIAL_TAG: trial, PHASE_TAG: phase,
+                  RECIPE_TAG: space.recipe_id(recipe), "mlflow.parentRunId": self.parent})
+        params = {**recipe, "search.budget_steps": self.full}
+        if seed is not None:
+            params["train.seed"] = seed
+        self.client.log_batch(run.info.run_id, params=_params(params))
+        self.logged[trial] = 0
+        return run.info.run_id
+
+    def start(self, trial: str, config: dict) -> None:
+        self.started[trial] = time.time()
+        self.configs[trial] = config
+        self.runs[trial] = self.child(trial, config)
+        self.reports.setdefault(trial, [])
+
+    def result(self, trial: str, result: dict) -> None:
+        from mlflow.entities import Metric
+
+        if "step" not in result or self.metric not in result:
+            return  # Tune's own bookkeeping results (a function's last, duplicated)
+        report = {k: v for k, v in result.items() if k.startswith("val/") or k in (
+            "step", "trial_s", "loss", "records", "timing", "predicted", "phase", "seed")}
+        self.reports[trial].append(report)
+        step, now = int(result["step"]), int(time.time() * 1000)
+        self.rungs.observe(trial, step, float(result[self.metric]), self.metric)
+        write_json(self.folder / f"rungs-{self.phase}.json", self.rungs.state())
+        if step <= self.logged.get(trial, 0):
+            return  # logged before a restart: the same values
+        metrics = [Metric(k, float(v), now, step) for k, v in report.items()
+                   if k.startswith("val/")]
+        metrics += [Metric("train/loss", float(loss), now, int(s))
+                    for s, loss, _ in report.get("records", []) if s > self.logged[trial]]
+        self.client.log_batch(self.runs[trial], metrics=metrics)
+        self.logged[trial] = step
+
+    def outcome(self, trial: str) -> str:
+        reports = self.reports.get(trial) or [{}]
+        step = int(reports[-1].get("step", 0))
+        said = self.rungs.said.get(trial, "")
+        if step >= self.full:
+            return f"completed its full budget of {self.full} steps"
+        if said.startswith("stopped"):
+            return said
+        return f"stopped by ASHA at step {step} of {self.full}"
+
+    def complete(self, trial: str) -> None:
+        reports = self.reports.get(trial, [])
+        self.walls[trial] = time.time() - self.started.get(trial, time.time())
+        write_json(self.folder / "finished" / f"{trial}.json",
+                   {"phase": self.phase, "config": self.configs.get(trial, {}),
+                    "reports": reports, "wall_s": round(self.walls[trial], 3)})
+        outcome = self.outcome(trial)
+        last = reports[-1] if reports else {}
+        tags = {OUTCOME_TAG: outcome, NOTE: f"{self.phase} trial {trial}: {outcome}; "
+                f"{self.metric} {last.get(self.metric, float('nan')):.4f} at step "
+                f"{last.get('step', 0)}"}
+        self.client.log_batch(self.runs[trial], tags=_tags(tags))
+        self.client.set_terminated(self.runs[trial], "FINISHED")
+        self.progress(trial, last)
+
+    def progress(self, trial: str, last: dict) -> None:
+        """One line per finished trial: how far the phase is, this trial's end, the best yet."""
+        entries = ledger(self.folder, self.phase)
+        if self.done_before is None:  # finished by an earlier process: not in this one's rate
+            self.done_before = len(entries) - 1
+        count, here = len(entries), len(entries) - self.done_before
+        elapsed = time.time() - self.begun
+        left = (f", ~{elapsed / here * (self.total - count) / 60:.1f} min left"
+                if self.total > count and here else "")
+        scored = [(e["reports"][-1][self.metric], t) for t, e in entries.items()
+                  if e["reports"] and self.metric in e["reports"][-1]
+                  and int(e["reports"][-1]["step"]) >= self.full]
+        lower = self.rungs.lower_is_better
+        best = (min if lower else max)(scored) if scored else None
+        step = int(last.get("step", 0))
+        rung = self.rungs.rung_of.get(trial)
+        end = (f"completed {step} steps" if step >= self.full else
+               f"stopped by ASHA at {rung}" if rung else f"stopped at step {step}")
+        shown = f"; best at full budget {best[0]:.4f} (trial {best[1]})" if best and \
+            self.phase == "search" else ""
+        print(f"[wellfed] {self.phase} {count}/{self.total or '?'} ({elapsed / 60:.1f} min{left}): "
+              f"trial {trial} {end}, {self.metric} {last.get(self.metric, float('nan')):.4f}"
+              + shown, flush=True)
+
+    def error(self, trial: str, where: str) -> None:
+        if trial in self.runs:
+            self.client.log_batch(self.runs[trial], tags=_tags(
+                {OUTCOME_TAG: f"failed (Ray Tune's error file: {where or 'none'})"}))
+            self.client.set_terminated(self.runs[trial], "FAILED")
+
+    def interrupted(self) -> None:
+        """The search stopped (a signal): open children end KILLED, resumable."""
+        for trial, run in self.runs.items():
+            if not (self.folder / "finished" / f"{trial}.json").is_file():
+                self.client.set_terminated(run, "KILLED")
+
+
+def _tags(tags: dict) -> list:
+    from mlflow.entities import RunTag
+
+    return [RunTag(k, str(v)) for k, v in tags.items()]
+
+
+def ledger(folder: Path, phase: str | None = None) -> dict[str, dict]:
+    """trial id -> {phase, config, reports, wall_s} of every trial the search finished (of
+    `phase` only, when given)."""
+    out = {}
+    for path in sorted((folder / "finished").glob("*.json")):
+        entry = json.loads(path.read_text(encoding="utf-8"))
+        if phase is None or entry["phase"] == phase:
+            out[path.stem] = entry
+    return out
+
+
+def finished(folder: Path) -> dict[str, list]:
+    """trial id -> its recorded reports (what a resumed search hands back to Tune)."""
+    return {t: e["reports"] for t, e in ledger(folder).items()}

@@ -1,0 +1,106 @@
+"""Ray Tune, through its public API: the search phase (Optuna's TPE proposes, ASHA stops) and
+the final check (a fixed grid of finalist x seed), each resumable from its folder.
+
+Both phases run the same trainable (search/trial.py) in warm workers (`reuse_actors`), placed
+by Ray with `ray.cpus_per_worker` CPUs and, on a cluster with GPUs, `ray.gpus_per_worker` of a
+GPU per trial. Tune's experiment state is saved at most every `STATE_EVERY_S` seconds and on a
+stop; trials finished since are in the search folder's ledger (search/story.py), so a resumed
+phase trains none of them again.
+
+Signals: Ray Tune stops gracefully on SIGINT (Ctrl-C) and SIGUSR1, saving its state; SIGTERM
+(SLURM, a spot VM's notice) is turned into SIGUSR1 here, so every polite signal stops the same
+way, and the command says how to resume. A second signal stops at once (Tune's own handler).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+STATE_EVERY_S = "2"
+"""TUNE_GLOBAL_CHECKPOINT_S: how often Tune saves the experiment's state (a few KB here)."""
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One Tuner's run: its name (the folder under the search folder) and how it ended."""
+
+    name: str
+    interrupted: int | None
+    """The signal that stopped it (None: it ran to its end)."""
+    errors: list[str]
+    """The trials that failed (after Ray Tune's retry), each as Tune's error in one line."""
+
+
+def environment() -> None:
+    """Before Ray Tune is imported: its state saved often, no per-trial CSV/TensorBoard/JSON
+    loggers (the MLflow child runs hold every figure), no progress table (the command prints
+    one line per trial)."""
+    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", STATE_EVERY_S)
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    os.environ.setdefault("TUNE_MAX_PENDING_TRIALS_PG", "1")
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    import logging
+
+    # Tune's ResultGrid reads each trial's metrics from the per-trial loggers turned off
+    # above, and warns once per trial that it found none: the ledger holds them instead.
+    logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
+    # On a stop, Tune warns that it got the signal and how to resume through its own API; the
+    # command says both in wellfed's words (resume = the same command).
+    logging.getLogger("ray.tune.tune").setLevel(logging.ERROR)
+    import warnings
+
+    # A trial restarted by a resume reports its first rungs again: Optuna keeps the first
+    # values (the same, same seed) and warns per step.
+    warnings.filterwarnings("ignore", message="The reported value is ignored because")
+
+
+def resources(cpus: int, gpus: float) -> dict:
+    return {"cpu": cpus, "gpu": gpus} if gpus else {"cpu": cpus}
+
+
+def run_phase(name: str, folder: Path, trainable, need: dict, callback, *,
+              param_space: dict | None = None, searcher=None, scheduler=None,
+              metric: str | None = None, mode: str | None = None, samples: int = 1,
+              expected: int = 1, concurrent: int = 0, done=lambda: 0) -> Phase:
+    """Run (or resume) the Tuner `name` under `folder`: `samples` trials drawn by `searcher`
+    (or once `param_space`'s grid), at most `concurrent` at once (0: as many as Ray fits).
+    It ran to its end when the `expected` trials either finished (`done()` counts the
+    ledger's) or failed."""
+    from ray import tune
+
+    fn = tune.with_resources(trainable, need)
+    path = folder.resolve() / name
+    if tune.Tuner.can_restore(str(path)):
+        tuner = tune.Tuner.restore(str(path), trainable=fn, resume_unfinished=True,
+                                   resume_errored=False, restart_errored=True)
+    else:
+        tuner = tune.Tuner(
+            fn, param_space=param_space or {},
+            tune_config=tune.TuneConfig(
+                search_alg=searcher, scheduler=scheduler, metric=metric, mode=mode,
+                num_samples=samples, max_concurrent_trials=concurrent or None,
+                reuse_actors=True),
+            run_config=tune.RunConfig(name=name, storage_path=str(folder.resolve()),
+                                      callbacks=[callback], verbose=0,
+                                      failure_config=tune.FailureConfig(max_failures=1)))
+    received: list[int] = []
+
+    def polite(signum, frame):  # SIGTERM -> Tune's graceful stop, as Ctrl-C
+        received.append(signum)
+        os.kill(os.getpid(), signal.SIGUSR1)
+
+    previous = {s: signal.signal(s, polite) for s in (signal.SIGTERM,)}
+    try:
+        grid = tuner.fit()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    from wellfed.cli import one_line
+
+    errors = [one_line(str(r.error)) for r in grid if r.error]
+    ended = done() + len(errors) >= expected
+    stopped = None if ended else (received[0] if received else signal.SIGINT)
+    return Phase(name, stopped, errors)

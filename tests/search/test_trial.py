@@ -1,0 +1,68 @@
+"""A search trial is the ordinary loop: at full budget it learns what the pipeline's run of the
+same recipe and seed learns, and a warm process leaks nothing from one trial to the next."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import random_token_files
+from wellfed.config import DataConfig, ModelConfig, TrainConfig
+from wellfed.search import space
+from wellfed.search.trial import Setting, decode, train
+from wellfed.train.loop import Place, TrainJob
+from wellfed.train.loop import train as loop_train
+
+BASE = TrainConfig(epochs=1, lr=2e-3, global_batch_size=16, micro_batch_size=16,
+                   report_every=4, eval_every=0)
+
+
+@pytest.fixture(scope="module")
+def setting(tmp_path_factory, tiny_model_dir):
+    tokens = random_token_files(tmp_path_factory.mktemp("tokens"), tiny_model_dir)
+    model = ModelConfig(name=str(tiny_model_dir), init="random")
+    return Setting(BASE, model, DataConfig(), str(tokens), str(tiny_model_dir), ("0", "1"), 0,
+                   "single_label", 256, 24, (4, 8, 24), 1, False)
+
+
+def run(setting, recipe, seed, phase="search"):
+    sent = []
+    train(recipe, seed, phase, setting, sent.append)
+    return sent
+
+
+def test_a_trial_reports_at_its_rungs_with_its_curve(setting):
+    sent = run(setting, {"train.lr": 1e-3}, 3)
+    assert [r["step"] for r in sent] == [4, 8, 24]
+    assert [s for s, _, _ in sent[0]["records"]] == [1, 2, 3, 4]
+    assert [s for s, _, _ in sent[-1]["records"]] == list(range(9, 25))
+    assert {"val/loss", "val/macro_f1", "val/accuracy", "timing", "trial_s"} <= set(sent[-1])
+    assert sent[-1]["timing"]["steps"] > 0 and "predicted" not in sent[-1]
+
+
+def test_at_full_budget_a_trial_learns_what_the_pipelines_loop_learns(setting):
+    sent = run(setting, {"train.lr": 1e-3, "train.warmup_ratio": 0.1}, 5)
+    trained = space.budgeted(dataclasses.replace(BASE, lr=1e-3, warmup_ratio=0.1), 256, 24, 5)
+    assert space.exp_params({}, trained) == {"train.epochs": 2, "train.max_steps": 24,
+                                             "train.seed": 5}
+    plain = dataclasses.replace(BASE, lr=1e-3, warmup_ratio=0.1, epochs=2, max_steps=24,
+                                seed=5, eval_every=8)  # a pipeline run: its own eval_every
+    reports = []
+    job = TrainJob(plain, setting.data, setting.model, Path(setting.tokens_dir),
+                   setting.model_source, setting.labels, setting.pad_id)
+    loop_train(job, Place(torch.device("cpu")), lambda m, d: reports.append(m))
+    final = [r["val"] for r in reports if r.get("val")][-1]
+    assert final["val/loss"] == pytest.approx(sent[-1]["val/loss"], abs=1e-6)
+    assert final["val/accuracy"] == sent[-1]["val/accuracy"]
+
+
+def test_a_warm_process_gives_the_same_trial_twice_and_proof_trials_carry_predictions(setting):
+    first = run(setting, {"train.lr": 2e-3}, 1, "proof")
+    run(setting, {"train.lr": 5e-4}, 2)  # another trial in between
+    again = run(setting, {"train.lr": 2e-3}, 1, "proof")
+    assert [r["val/loss"] for r in first] == [r["val/loss"] for r in again]
+    assert len(decode(first[-1]["predicted"])) == 32
+    assert (decode(first[-1]["predicted"]) == decode(again[-1]["predicted"])).all()
