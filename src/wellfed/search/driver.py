@@ -74,7 +74,6 @@ def run(search_cfg: SearchConfig, train_cfg: TrainConfig, model_cfg: ModelConfig
     from wellfed.cluster import connect, local_token_auth
     from wellfed.track.tracking import tracking_uri
     from wellfed.train import preemption
-    from wellfed.train.preflight import wants_gpu
 
     p = plan(search_cfg, train_cfg, model_cfg, tokens, meta, root)
     p.folder.mkdir(parents=True, exist_ok=True)
@@ -98,13 +97,7 @@ def run(search_cfg: SearchConfig, train_cfg: TrainConfig, model_cfg: ModelConfig
 
     client = mlflow.MlflowClient(uri)
     try:
-        use_gpu = wants_gpu(ray_cfg)
-        need = tuning.resources(ray_cfg.cpus_per_worker,
-                                ray_cfg.gpus_per_worker if use_gpu else 0)
-        setting = Setting(train_cfg, model_cfg, data_cfg, str(tokens.resolve()),
-                          _model_source(meta), tuple(meta["labels"]), int(meta["pad_id"]),
-                          p.task, p.rows, p.full, p.rungs, ray_cfg.cpus_per_worker, use_gpu,
-                          story.finished(p.folder), *_staged(ray_cfg, tokens))
+        setting, need = placed(p, train_cfg, model_cfg, data_cfg, ray_cfg, tokens, meta)
         found = _search_phase(search_cfg, setting, p, need, uri, parent)
         if found.interrupted:
             return _stopped(client, parent, found.interrupted, p)
@@ -120,7 +113,7 @@ def run(search_cfg: SearchConfig, train_cfg: TrainConfig, model_cfg: ModelConfig
     finally:
         ray.shutdown()
     finals = proof.groups(*_finished(p.folder, "proof"), p.metric)
-    gold, row_ids = _validation(tokens)
+    gold, row_ids = validation(tokens)
     check = proof.verdict(finals, p.metric, p.lower, p.task, tuple(meta["labels"]), gold,
                           row_ids, {})
     cost = report.compute(reports, search_cfg.trials, p.full)
@@ -144,6 +137,20 @@ def run(search_cfg: SearchConfig, train_cfg: TrainConfig, model_cfg: ModelConfig
     write_json(p.folder / "result.json", result)
     client.set_terminated(parent, "FINISHED")
     return result
+
+
+def placed(p: Plan, train_cfg: TrainConfig, model_cfg: ModelConfig, data_cfg: DataConfig,
+           ray_cfg: RayConfig, tokens: Path, meta: dict) -> tuple[Setting, dict]:
+    """What every trial shares, and what Ray gives each (after `connect`): ray.cpus_per_worker
+    CPUs, and ray.gpus_per_worker of a GPU where the cluster has GPUs (ray.use_gpu)."""
+    from wellfed.train.preflight import wants_gpu
+
+    use_gpu = wants_gpu(ray_cfg)
+    need = tuning.resources(ray_cfg.cpus_per_worker, ray_cfg.gpus_per_worker if use_gpu else 0)
+    return Setting(train_cfg, model_cfg, data_cfg, str(tokens.resolve()), _model_source(meta),
+                   tuple(meta["labels"]), int(meta["pad_id"]), p.task, p.rows, p.full, p.rungs,
+                   ray_cfg.cpus_per_worker, use_gpu, story.finished(p.folder),
+                   *_staged(ray_cfg, tokens)), need
 
 
 def _env_address() -> str:
@@ -233,7 +240,7 @@ def _finished(folder: Path, phase: str) -> tuple[dict[str, list], dict[str, dict
             {t: e["config"] for t, e in found.items()})
 
 
-def _validation(tokens: Path):
+def validation(tokens: Path):
     from wellfed.data.token_files import TokenFile
 
     val = TokenFile(tokens / "validation.arrow")

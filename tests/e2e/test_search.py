@@ -1,0 +1,123 @@
+"""wellfed-search as a user runs it, on the tiny model: stopped by SIGTERM after two trials, run
+again to resume, then the final check and the winner's `dvc exp run`. Checks the story MLflow
+tells (one parent, a child per trial, ASHA's stops with their reasons), that no finished trial
+trains twice, and that the winner's pipeline run learns what its warm trial learned."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.pipeline import env, make_project, mlflow_runs, run
+
+pytestmark = [pytest.mark.e2e]
+TRIALS, SEEDS = 6, [1, 2]
+SEARCH = {"trials": TRIALS, "min_steps": 4, "max_steps": 16, "reduction_factor": 2,
+          "finalists": 2, "seeds": SEEDS, "concurrent": 1,
+          "space": {"train": {"lr": "log_uniform 1e-4 5e-2", "warmup_ratio": "uniform 0.0 0.2"}}}
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory, tiny_model_dir):
+    dest = tmp_path_factory.mktemp("search")
+    make_project(dest, {"model": {"name": str(tiny_model_dir), "init": "random"},
+                        "train": {"epochs": 1, "lr": 2e-3, "global_batch_size": 16,
+                                  "micro_batch_size": 16, "report_every": 4, "eval_every": 0},
+                        "ray": {"num_workers": 1, "cpus_per_worker": 1}, "search": SEARCH})
+    return dest
+
+
+def search(project: Path, *args: str, stop_after: int | None = None):
+    """Run wellfed-search; with `stop_after`, SIGTERM it once that many trials finished."""
+    proc = subprocess.Popen(["wellfed-search", *args], cwd=project, env=env(), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    lines, sent = [], False
+    deadline = time.time() + 900
+    for line in proc.stdout:
+        lines.append(line)
+        if stop_after and not sent and line.startswith(f"[wellfed] search {stop_after}/"):
+            proc.send_signal(signal.SIGTERM)
+            sent = True
+        if time.time() > deadline:
+            proc.kill()
+    return proc.wait(timeout=120), "".join(lines)
+
+
+def ledger(project: Path) -> dict[str, dict]:
+    found = {}
+    for path in project.glob("data/search/*/finished/*.json"):
+        found[path.stem] = json.loads(path.read_text())
+    return found
+
+
+def test_a_search_stopped_by_sigterm_resumes_proves_its_winner_and_runs_it(project):
+    code, out = search(project, stop_after=2)
+    assert code == 143, out[-3000:]
+    assert "stopped by SIGTERM: finished trials are kept" in out
+    before = {t: e for t, e in ledger(project).items() if e["phase"] == "search"}
+    assert len(before) >= 2
+    client, runs = mlflow_runs(project)
+    parents = [r for r in runs if r.data.tags.get("wellfed.search.phase") == "parent"]
+    assert len(parents) == 1 and parents[0].info.status == "KILLED"
+
+    code, out = search(project)
+    assert code == 0, out[-3000:]
+    after = ledger(project)
+    assert {t: after[t] for t in before} == before  # what finished before the stop is kept
+    # no finished trial trained again: the resumed run's progress goes on from where it was
+    counts = [int(line.split()[2].split("/")[0]) for line in out.splitlines()
+              if line.startswith("[wellfed] search ") and "/" in line.split()[2]]
+    assert counts and min(counts) > len(before) and max(counts) == TRIALS
+
+    client, runs = mlflow_runs(project)
+    by_phase: dict[str, list] = {}
+    for r in runs:
+        by_phase.setdefault(r.data.tags.get("wellfed.search.phase"), []).append(r)
+    (parent,) = by_phase["parent"]
+    assert parent.info.run_id == parents[0].info.run_id and parent.info.status == "FINISHED"
+    assert len(by_phase["search"]) == TRIALS and len(by_phase["proof"]) == 2 * len(SEEDS)
+    for child in by_phase["search"] + by_phase["proof"]:
+        assert child.info.status == "FINISHED"
+        assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        history = client.get_metric_history(child.info.run_id, "train/loss")
+        assert len({m.step for m in history}) == len(history)  # no step logged twice
+    outcomes = [c.data.tags["wellfed.search.outcome"] for c in by_phase["search"]]
+    stopped = [o for o in outcomes if o.startswith("stopped by ASHA at rung")]
+    assert stopped and all("the cutoff" in o for o in stopped)
+    note = parent.data.tags["mlflow.note.content"]
+    assert "**Best recipe:**" in note and "**Final check:**" in note and "ASHA stopped" in note
+    assert parent.data.metrics["search/trials"] == TRIALS
+    assert parent.data.metrics["search/steps"] < parent.data.metrics["search/grid_steps"]
+
+    (winner,) = by_phase["winner"]
+    assert winner.data.tags["mlflow.parentRunId"] == parent.info.run_id
+    result = json.loads(next(project.glob("data/search/*/result.json")).read_text())
+    assert result["equal_learning"]["same"], result["equal_learning"]
+    assert result["final_check"]["call"] in ("beats", "indistinguishable")
+    exps = run(["dvc", "exp", "list", "--name-only"], project).stdout.split()
+    assert result["winner_exp"] in exps
+    params = run(["dvc", "params", "diff", "HEAD", "--md"], project).stdout
+    assert "train.max_steps" in params and "train.lr" in params
+
+
+def test_bad_search_params_fail_in_one_line_before_any_trial(project):
+    text = (project / "params.yaml").read_text()
+    import yaml
+
+    params = yaml.safe_load(text)
+    params["search"]["metric"] = "val/pearson"
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    try:
+        code, out = search(project)
+        errors = [line for line in out.splitlines() if line.startswith("error:")]
+        assert code == 1 and len(errors) == 1, out[-2000:]
+        assert "search.metric 'val/pearson' is not a validation figure of this single_label " \
+               "task" in errors[0] and "use auto (val/macro_f1)" in errors[0]
+        assert "trial" not in out.replace(errors[0], "")
+    finally:
+        (project / "params.yaml").write_text(text)
