@@ -71,6 +71,7 @@ class Story:
         self.folder, self.metric, self.rungs, self.full = folder, metric, rungs, full
         self.runs: dict[str, str] = {}
         self.configs: dict[str, dict] = {}
+        self.replayed: set[str] = set()
         self.logged: dict[str, int] = {}
         self.reports: dict[str, list] = {}
         self.started: dict[str, float] = {}
@@ -131,6 +132,8 @@ class Story:
     def start(self, trial: str, config: dict) -> None:
         self.started[trial] = time.time()
         self.configs[trial] = config
+        if (self.folder / "finished" / f"{trial}.json").is_file():
+            self.replayed.add(trial)  # finished before a kill: Tune gets its reports back
         self.runs[trial] = self.child(trial, config)
         self.reports.setdefault(trial, [])
 
@@ -167,9 +170,10 @@ class Story:
     def complete(self, trial: str) -> None:
         reports = self.reports.get(trial, [])
         self.walls[trial] = time.time() - self.started.get(trial, time.time())
-        write_json(self.folder / "finished" / f"{trial}.json",
-                   {"phase": self.phase, "config": self.configs.get(trial, {}),
-                    "reports": reports, "wall_s": round(self.walls[trial], 3)})
+        if trial not in self.replayed:  # a replay keeps what the trial itself recorded
+            write_json(self.folder / "finished" / f"{trial}.json",
+                       {"phase": self.phase, "config": self.configs.get(trial, {}),
+                        "reports": reports, "wall_s": round(self.walls[trial], 3)})
         outcome = self.outcome(trial)
         last = reports[-1] if reports else {}
         tags = {OUTCOME_TAG: outcome, NOTE: f"{self.phase} trial {trial}: {outcome}; "
@@ -197,6 +201,8 @@ class Story:
         rung = self.rungs.rung_of.get(trial)
         end = (f"completed {step} steps" if step >= self.full else
                f"stopped by ASHA at {rung}" if rung else f"stopped at step {step}")
+        if trial in self.replayed:
+            end += " (finished before the search was stopped: its reports handed back, not trained again)"
         shown = f"; best at full budget {best[0]:.4f} (trial {best[1]})" if best and \
             self.phase == "search" else ""
         print(f"[wellfed] {self.phase} {count}/{self.total or '?'} ({elapsed / 60:.1f} min{left}): "
