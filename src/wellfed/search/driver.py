@@ -125,7 +125,7 @@ def run(search_cfg: SearchConfig, train_cfg: TrainConfig, model_cfg: ModelConfig
     trained = space.budgeted(space.applied(check["winner"], train_cfg, model_cfg)[0], p.rows,
                              p.full, search_cfg.seeds[0])
     result["winner_params"] = space.exp_params(check["winner"], trained)
-    _tell(client, parent, p, ranked[0], cost, check)
+    _tell(client, uri, parent, p, ranked[0], cost, check)
     if run_exp:
         result.update(_winner(project, p, result["winner_params"], winner_trial, client, parent,
                               ranked[0], cost, check))
@@ -257,7 +257,7 @@ def _stopped(client, parent: str, signum: int, p: Plan) -> dict:
     return {"stopped": 128 + signum}
 
 
-def _tell(client, parent: str, p: Plan, best: dict, cost: dict, check: dict) -> None:
+def _tell(client, uri: str, parent: str, p: Plan, best: dict, cost: dict, check: dict) -> None:
     text = report.describe(p.search_id, p.metric, best, cost, check)
     client.set_tag(parent, story.NOTE, text)
     client.log_batch(parent, metrics=_metrics(report.metrics(cost, best, check, p.metric)))
@@ -268,6 +268,10 @@ def _tell(client, parent: str, p: Plan, best: dict, cost: dict, check: dict) -> 
           + (f"{cost['share_of_grid']:.0%} of the same trials at full budget"
              if cost["share_of_grid"] is not None else ""), flush=True)
     print(f"[wellfed] final check: {check['text']}", flush=True)
+    keys = sorted({k for row in [best] for k in row["recipe"]})
+    print(f"[wellfed] in the MLflow UI (`make ui`), the search's trials best first: "
+          f"{story.saved_view(uri, parent, p.search_id, p.metric, p.lower, keys)}",
+          flush=True)
 
 
 def _metrics(figures: dict) -> list:

@@ -222,6 +222,31 @@ class Story:
                 self.client.set_terminated(run, "KILLED")
 
 
+def saved_view(uri: str, parent: str, search_id: str, metric: str, lower: bool,
+               keys: list[str]) -> str:
+    """A saved view of the runs table (MLflow 3's `mlflow.sharedViewState.<key>` experiment
+    tag, as track/runs_view.py saves the headline one) that opens on this search: its runs
+    only, the parent expanded, trials best first by `metric`, the searched params, the outcome
+    beside them. Returns its address."""
+    import mlflow
+
+    from wellfed.track import ui_links
+
+    client = mlflow.MlflowClient(uri)
+    experiment = client.get_run(parent).info.experiment_id
+    key = f"wellfed-{search_id}"
+    columns = ([f"params.`{k}`" for k in keys] + [f"metrics.`{metric}`", "metrics.`train/loss`",
+               f"tags.`{OUTCOME_TAG}`", f"tags.`{PHASE_TAG}`"])
+    view = {"orderByKey": f"metrics.`{metric}`", "orderByAsc": lower,
+            "searchFilter": f"tags.`{SEARCH_TAG}` = '{search_id}'",
+            "selectedColumns": columns, "runsExpanded": {parent: True}}
+    now = int(time.time() * 1000)
+    client.set_experiment_tag(experiment, f"mlflow.sharedViewState.{key}", json.dumps(
+        {"name": f"search {search_id} (wellfed)", "createdAt": now, "updatedAt": now,
+         "state": json.dumps(view)}))
+    return ui_links.experiment(uri, experiment, key)
+
+
 def _tags(tags: dict) -> list:
     from mlflow.entities import RunTag
 
