@@ -20,8 +20,11 @@ CPU smoke check has run (WELLFED_BENCH_SMOKE=1), so every figure it writes is a 
                  process (targets: warm >= 300,000; compile cost <= 60 s cold, <= 10 s warm)
   compiled_b32   the same at batch 32, if the deadline leaves room
 Each run is a fresh process (benchmarks/gpu_fresh_run.py): `fresh` counts from process start
-(imports, CUDA's first use, warm-ups, captures, compiles), first; `warm` is the same process
-once every shape is captured. Compile cost = a compiled run's fresh time to its last fresh step
+(imports, CUDA's first use, the model's weights loaded, warm-ups, captures, compiles), first;
+`warm` is the same process once every shape is captured. The token files and the saved
+random-init weights are made here, before a run's clock starts: the tokenize stage and a
+pretrained checkpoint stand for them in a pipeline (until 2026-11-28 each run built its model
+by a random init, which a train stage loading weights does not pay). Compile cost = a compiled run's fresh time to its last fresh step
 minus the plain run's. ~8 min on an H100 by estimate (not run). Results:
 benchmarks/results/gpu/gpu_scale.json, rewritten after every case, naming the device.
 WELLFED_BENCH_DEADLINE_S (default 470): a case starts only if its time limit fits in what is
@@ -86,7 +89,19 @@ def spec_for(base: dict, arrow: Path, pad: int, scratch: Path, case: str) -> dic
     if SMOKE:
         spec.update(kind="tiny", steps=3, warm=8, timed=3 if spec["timed"] else 0,
                     seconds=1.0 if spec["seconds"] else 0.0)
+    spec["weights"] = str(weights(spec["kind"], scratch))
     return spec
+
+
+def weights(kind: str, scratch: Path) -> Path:
+    """`kind`'s random-init encoder, saved once per benchmark run (gpu_throughput.save_encoder):
+    every run of it loads these weights as a train stage loads a pretrained model."""
+    import gpu_throughput as gt
+
+    folder = scratch / f"weights_{kind}"
+    if not (folder / "config.json").exists():
+        gt.save_encoder(kind, folder, seed=0)
+    return folder
 
 
 class Child:
@@ -244,7 +259,9 @@ def main() -> None:
                     "what": "issue 29 on one GPU: graphed step, one-rank NCCL group, GPU-filling "
                             "batch, per-shape compile cold and warm, four processes sharing it; "
                             "fresh figures from process start, warm ones once every shape is "
-                            "captured; bf16, real (non-pad) tokens/s, SST-2 rows",
+                            "captured; bf16, real (non-pad) tokens/s, SST-2 rows; each run "
+                            "loads saved random-init weights with wellfed.model.load_model, "
+                            "as a train stage loads a pretrained model",
                     "device": device, "smoke": SMOKE, "compile_mode": MODE,
                     "measured_at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
                     "machine": harness.machine(), "skipped": skipped,
