@@ -68,8 +68,8 @@ CASES = {
     # scaled by sqrt(2048 / 32) = 8. 33 steps an epoch.
     "fill_32k": [("run", {"kind": "bert_base", "batch": 2048, "tokens": 32_768, "lr": 8e-4,
                           "rows": 0, "steps": 33, "warm": 40, "timed": 15}, 1, 150, 0)],
-    # alone keeps LEAST for four, the least a run starts with (a run of each took ~30 s by
-    # estimate from graphs_b32's 29 s on the H200: not yet measured)
+    # alone keeps LEAST for four (the least time a run starts with): each should take ~30-45 s,
+    # by estimate from graphs_b32's 29 s run on the H200 (not yet measured)
     "shared_minilm": [("alone", MINILM, 1, 120, None), ("four", MINILM, 4, 180, 0)],
     # A cold compile may take longer than the deadline leaves: it gets what is left but the
     # warm run's 100 s, and a run cut short reports how far it got.
