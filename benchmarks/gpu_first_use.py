@@ -6,12 +6,17 @@ One child process per variant (default CUDA_MODULE_LOADING, then EAGER), each ti
   import torch; the CUDA context (first allocation); cuBLAS (first bf16 matmul, its handle,
   workspace and kernel); SDPA (first scaled_dot_product_attention); then wellfed's own loop
   (`train.loop.train`, the planned path with CUDA graphs, bf16) twice on the same job:
-  BERT-base-sized random init, the first ROWS SST-2 train rows, batch 32, validation at the
-  end. Per run: wall, the loop's parts (setup = model build and copy, steps, validation...),
+  BERT-base-sized weights, the first ROWS SST-2 train rows, batch 32, validation at the
+  end. Per run: wall, the loop's parts (setup = model load and copy, steps, validation...),
   ms per step in each 10-step report interval (the first interval holds every shape's eager
   warm-up and capture), CUDA graph capture seconds, and reserved memory. run 1 - run 2 is what
   the first use costs; `--profile` adds torch.profiler's top operators of run 1's first 20
   steps (the slow first launches show as cudaLaunchKernel / cuModuleLoad time).
+The weights are a random-init BERT-base encoder the parent saves before any child starts
+(gpu_throughput.save_encoder), which each train() loads as a train stage loads a pretrained
+model: until 2026-11-28 each train() random-initialised every weight on the CPU instead (the
+loop's `setup` part held it), and the child's `data + job` mark also held its imports of
+transformers and wellfed's loop, now a mark of their own.
 
 writes benchmarks/results/gpu/gpu_first_use.json (device named). WELLFED_BENCH_SMOKE=1 runs it
 tiny on a CPU (a check of this script, no figures). Needs torch, transformers and the SST-2
@@ -33,10 +38,6 @@ import harness
 
 NAME = "gpu_first_use"
 SMOKE = os.environ.get("WELLFED_BENCH_SMOKE") == "1"
-BERT_BASE = {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
-             "intermediate_size": 3072}
-TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
-        "intermediate_size": 64}  # WELLFED_BENCH_SMOKE: the script's check, no figures
 VARIANTS = {"lazy (default)": {}, "eager module loading": {"CUDA_MODULE_LOADING": "EAGER"}}
 
 
@@ -64,6 +65,8 @@ def probe(rows: int, profile: bool) -> dict:
     q = torch.randn(32, 12, 64, 64, device=device, dtype=dtype)
     mark("first attention (SDPA)", lambda: (
         torch.nn.functional.scaled_dot_product_attention(q, q, q), sync()))
+    mark("import transformers, wellfed.train.loop",
+         lambda: (__import__("transformers").AutoTokenizer, __import__("wellfed.train.loop")))
     job = mark("data + job", lambda: make_job(rows, Path(tempfile.mkdtemp())))
     runs = [train_once(job, device, profile and n == 0) for n in range(2)]
     return {"marks_s": marks, "runs": runs, "first_minus_second_s": round(
@@ -78,12 +81,10 @@ def device_name(device) -> str:
 
 
 def make_job(rows: int, tmp: Path):
-    """Token files of the first `rows` SST-2 train rows (validation: the next 872) and a
-    BERT-base-sized config beside MiniLM's tokenizer."""
-    import shutil
-
+    """Token files of the first `rows` SST-2 train rows (validation: the next 872) and the
+    parent's saved weights (WELLFED_FIRST_USE_MODEL)."""
     import numpy as np
-    from transformers import AutoConfig, AutoTokenizer
+    from transformers import AutoTokenizer
 
     from wellfed.config import DataConfig, ModelConfig, TrainConfig
     from wellfed.data.token_files import TokenBatch, write_token_file
@@ -98,18 +99,11 @@ def make_job(rows: int, tmp: Path):
         write_token_file(tmp / f"{split}.arrow", [TokenBatch(
             np.concatenate([np.asarray(i, np.int32) for i in ids]),
             np.array([len(i) for i in ids], np.int32), labels[lo:hi], np.arange(hi - lo))])
-    model_dir = tmp / "model"
-    shutil.copytree(harness.model_path(), model_dir,
-                    ignore=shutil.ignore_patterns("*.safetensors", "*.bin", "*.onnx", "onnx"))
-    config = AutoConfig.from_pretrained(model_dir)
-    for key, value in (TINY if SMOKE else BERT_BASE).items():
-        setattr(config, key, value)
-    config.save_pretrained(model_dir)
+    model_dir = os.environ["WELLFED_FIRST_USE_MODEL"]
     train = TrainConfig(epochs=1, global_batch_size=32, micro_batch_size=32, eval_every=0,
                         report_every=10, checkpoint_every=0, lr=1e-4)
-    return TrainJob(train=train, data=DataConfig(), model=ModelConfig(name=str(model_dir),
-                                                                      init="random"),
-                    tokens_dir=tmp, model_source=str(model_dir), labels=("negative", "positive"),
+    return TrainJob(train=train, data=DataConfig(), model=ModelConfig(name=model_dir),
+                    tokens_dir=tmp, model_source=model_dir, labels=("negative", "positive"),
                     pad_id=tokenizer.pad_token_id)
 
 
@@ -157,11 +151,14 @@ def main() -> None:
         print(json.dumps(probe(rows, profile)))
         return
     harness.require_sst2(NAME)
+    import gpu_throughput as gt
+
+    model = gt.save_encoder("tiny" if SMOKE else "bert_base", Path(tempfile.mkdtemp()), seed=0)
     results = {}
     for name, extra in VARIANTS.items():
         proc = subprocess.run([sys.executable, __file__, *sys.argv[1:]], capture_output=True,
-                              text=True, env={**os.environ, **extra,
-                                              "WELLFED_FIRST_USE_CHILD": "1"})
+                              text=True, env={**os.environ, **extra, "WELLFED_FIRST_USE_CHILD": "1",
+                                              "WELLFED_FIRST_USE_MODEL": str(model)})
         if proc.returncode:
             raise RuntimeError(f"{name} failed:\n{proc.stderr[-3000:]}")
         results[name] = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -170,7 +167,8 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp()) if SMOKE else harness.RESULTS / "gpu"
     harness.write_result(NAME, {
         "what": "a GPU's first use in a fresh process: probes from process start, then the "
-                "same train() twice; run 1 - run 2 is the first use's cost",
+                "same train() twice; run 1 - run 2 is the first use's cost; each train() loads "
+                "saved random-init BERT-base weights, as a train stage loads a pretrained model",
         "device": next(iter(results.values()))["device"], "rows": rows, "variants": results,
         "measured_at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         "machine": harness.machine()}, folder=folder)

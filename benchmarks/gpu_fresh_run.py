@@ -9,6 +9,15 @@ captured (at most spec.warm more steps), timed over spec.timed steps or spec.sec
 time. With spec.barrier it prints `[ready]` before the timed window and waits for a line on
 stdin, so that processes sharing a GPU are timed together.
 
+The model is loaded as a train stage loads it (wellfed.model.load_model of spec.weights, a
+random-init encoder the parent saved without a head: gpu_throughput.save_encoder), so `fresh`
+holds a weights load, not the benchmark's own random init. Its marks, each from process start:
+imported_s (torch, wellfed's train path), group_ready_s (spec.group), cuda_ready_s (the CUDA
+context), model_code_imported_s (transformers' BERT code and what it imports), model_loaded_s
+(config, weights, a fresh head, on the CPU), on_device_s (copied to the GPU), setup_done_s
+(wellfed's setup: shape plan, probe if any, buffers; then the compile if spec.compile),
+first_step_done_s, done_s.
+
 Imports only torch, transformers, numpy, pyarrow and wellfed's train path: no ray, mlflow, dvc.
 """
 
@@ -26,28 +35,14 @@ def since() -> float:
     return round(time.time() - T0, 3)
 
 
-def make_model(kind: str, seed: int):
-    import torch
-    from transformers import BertConfig, BertForSequenceClassification
-
-    if kind == "tiny":  # the smoke check on a CPU
-        torch.manual_seed(seed)
-        return BertForSequenceClassification(BertConfig(
-            hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-            num_labels=2))
-    import gpu_throughput as gt
-
-    return gt.model_factory(kind, seed)()
-
-
 def main(spec: dict) -> dict:
     import torch
 
     from wellfed import device as dev
-    from wellfed.config import TrainConfig
+    from wellfed.config import ModelConfig, TrainConfig
     from wellfed.data.batching import collate
     from wellfed.data.token_files import TokenFile
-    from wellfed.model import flops_per_token
+    from wellfed.model import flops_per_token, load_model
     from wellfed.telemetry.meter import StepMeter
     from wellfed.telemetry.peak import Peak, table_peak
     from wellfed.train import fusion
@@ -64,8 +59,21 @@ def main(spec: dict) -> dict:
         torch.distributed.init_process_group(
             "nccl" if cuda else "gloo", init_method=f"file://{spec['store']}", rank=0,
             world_size=1, **({"device_id": device} if cuda else {}))
+        fresh["group_ready_s"] = since()
+    torch.empty(1, device=device)
+    sync()
+    fresh["cuda_ready_s"] = since()
     data = TokenFile(spec["arrow"])
-    model = make_model(spec["kind"], spec["seed"]).to(device)
+    from transformers import BertForSequenceClassification  # noqa: F401 - every kind is a BERT
+
+    fresh["model_code_imported_s"] = since()
+    torch.manual_seed(spec["seed"])  # the fresh head, as loop.train seeds it
+    model = load_model(ModelConfig(name=spec["weights"]), spec["weights"],
+                       ["negative", "positive"], pad_id=spec["pad"])
+    fresh["model_loaded_s"] = since()
+    model = model.to(device)
+    sync()
+    fresh["on_device_s"] = since()
     # The schedule spans the steps this process is likely to take (warmup 6% of them); more
     # run at its end's learning rate of 0, which changes nothing a timing reads.
     cfg = TrainConfig(epochs=1000, max_steps=spec["steps"] + spec["warm"] + (spec["timed"] or 500),
@@ -167,5 +175,4 @@ def main(spec: dict) -> dict:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     print("[result] " + json.dumps(main(json.loads(sys.argv[1]))), flush=True)

@@ -1,6 +1,6 @@
 """Every GPU busy (issue 29): graphs under a process group, fused kernels for big batches, a
-GPU-filling batch and a shared GPU, measured on one lent GPU. Written without a GPU: only its
-CPU smoke check has run (WELLFED_BENCH_SMOKE=1), so every figure it writes is a first.
+GPU-filling batch and a shared GPU, measured on one lent GPU. Written without a GPU; its first
+five cases ran on an H200 on 2026-11-28 (docs/gpu.md), shared_minilm and compiled_* not yet.
 
 `python benchmarks/gpu_scale.py [CASE ...]` (default: every case, in this order):
   graphs_b256    BERT-base, global batch 256 (micro_batch_tokens 16,384), all 67,349 SST-2 train
@@ -20,14 +20,17 @@ CPU smoke check has run (WELLFED_BENCH_SMOKE=1), so every figure it writes is a 
                  process (targets: warm >= 300,000; compile cost <= 60 s cold, <= 10 s warm)
   compiled_b32   the same at batch 32, if the deadline leaves room
 Each run is a fresh process (benchmarks/gpu_fresh_run.py): `fresh` counts from process start
-(imports, CUDA's first use, warm-ups, captures, compiles), first; `warm` is the same process
-once every shape is captured. Compile cost = a compiled run's fresh time to its last fresh step
-minus the plain run's. ~8 min on an H100 by estimate (not run). Results:
-benchmarks/results/gpu/gpu_scale.json, rewritten after every case, naming the device.
+(imports, CUDA's first use, the model's weights loaded, warm-ups, captures, compiles), first;
+`warm` is the same process once every shape is captured. The token files and the saved
+random-init weights are made here, before a run's clock starts: the tokenize stage and a
+pretrained checkpoint stand for them in a pipeline (until 2026-11-28 each run built its model
+by a random init, which a train stage loading weights does not pay). Compile cost = a compiled
+run's fresh time to its last fresh step minus the plain run's. The first five took 174 s.
+Results: benchmarks/results/gpu/gpu_scale.json, rewritten after every case, naming the device.
 WELLFED_BENCH_DEADLINE_S (default 470): a case starts only if its time limit fits in what is
-left. WELLFED_BENCH_COMPILE_MODE overrides the inductor mode. WELLFED_SST2_DIR and
-WELLFED_MODEL_DIR as in harness.py. Needs torch, transformers, pyarrow, wellfed: no ray, mlflow
-or dvc.
+left, and a run only with WELLFED_BENCH_LEAST_S (default 60) or more.
+WELLFED_BENCH_COMPILE_MODE overrides the inductor mode. WELLFED_SST2_DIR and WELLFED_MODEL_DIR
+as in harness.py. Needs torch, transformers, pyarrow, wellfed: no ray, mlflow or dvc.
 """
 
 from __future__ import annotations
@@ -55,7 +58,8 @@ B32 = {"kind": "bert_base", "batch": 32, "tokens": 0, "lr": 1e-4, "rows": 20_000
        "steps": 300, "warm": 400, "timed": 100}
 MINILM = {"kind": "minilm", "batch": 32, "tokens": 0, "lr": 1e-4, "rows": 20_000,
           "steps": 300, "warm": 400, "seconds": 10.0}
-CASES = {  # name: [(label, spec, copies, time limit in s, seconds kept for the case's next run)]
+# name: [(label, spec, copies, time limit in s, seconds kept for the next run: None = LEAST)]
+CASES = {
     "graphs_b256": [("run", B256, 1, 120, 0)],
     "graphs_b32": [("run", B32, 1, 120, 0)],
     "nccl_b256": [("run", {**B256, "group": True}, 1, 120, 0)],
@@ -64,7 +68,9 @@ CASES = {  # name: [(label, spec, copies, time limit in s, seconds kept for the 
     # scaled by sqrt(2048 / 32) = 8. 33 steps an epoch.
     "fill_32k": [("run", {"kind": "bert_base", "batch": 2048, "tokens": 32_768, "lr": 8e-4,
                           "rows": 0, "steps": 33, "warm": 40, "timed": 15}, 1, 150, 0)],
-    "shared_minilm": [("alone", MINILM, 1, 120, 90), ("four", MINILM, 4, 180, 0)],
+    # alone keeps LEAST for four (the least time a run starts with): each should take ~30-45 s,
+    # by estimate from graphs_b32's 29 s run on the H200 (not yet measured)
+    "shared_minilm": [("alone", MINILM, 1, 120, None), ("four", MINILM, 4, 180, 0)],
     # A cold compile may take longer than the deadline leaves: it gets what is left but the
     # warm run's 100 s, and a run cut short reports how far it got.
     "compiled_b256": [("cold", {**B256, "compile": True}, 1, 240, 100),
@@ -72,8 +78,9 @@ CASES = {  # name: [(label, spec, copies, time limit in s, seconds kept for the 
     "compiled_b32": [("cold", {**B32, "compile": True}, 1, 200, 80),
                      ("warm", {**B32, "compile": True}, 1, 100, 0)],
 }
-LEAST = 60
-"""A run given less time than this is not started."""
+LEAST = float(os.environ.get("WELLFED_BENCH_LEAST_S") or 60)
+"""A run given less time than this is not started (WELLFED_BENCH_LEAST_S: a short device call
+may start a run with less, at the risk of its being cut short, which its result then says)."""
 STARTED = time.perf_counter()
 
 
@@ -86,7 +93,19 @@ def spec_for(base: dict, arrow: Path, pad: int, scratch: Path, case: str) -> dic
     if SMOKE:
         spec.update(kind="tiny", steps=3, warm=8, timed=3 if spec["timed"] else 0,
                     seconds=1.0 if spec["seconds"] else 0.0)
+    spec["weights"] = str(weights(spec["kind"], scratch))
     return spec
+
+
+def weights(kind: str, scratch: Path) -> Path:
+    """`kind`'s random-init encoder, saved once per benchmark run (gpu_throughput.save_encoder):
+    every run of it loads these weights as a train stage loads a pretrained model."""
+    import gpu_throughput as gt
+
+    folder = scratch / f"weights_{kind}"
+    if not (folder / "config.json").exists():
+        gt.save_encoder(kind, folder, seed=0)
+    return folder
 
 
 class Child:
@@ -224,7 +243,7 @@ def main() -> None:
         for case in chosen:
             for label, base, copies, most, reserve in CASES[case]:
                 left = DEADLINE - (time.perf_counter() - STARTED)
-                limit = min(most, left - reserve)
+                limit = min(most, left - (LEAST if reserve is None else reserve))
                 if limit < LEAST or any(x.startswith(f"{case} ") for x in skipped):
                     # the later runs of a case are compared with its first: none without it
                     skipped.append(f"{case} {label}: {left:.0f} s left before the deadline")
@@ -244,7 +263,9 @@ def main() -> None:
                     "what": "issue 29 on one GPU: graphed step, one-rank NCCL group, GPU-filling "
                             "batch, per-shape compile cold and warm, four processes sharing it; "
                             "fresh figures from process start, warm ones once every shape is "
-                            "captured; bf16, real (non-pad) tokens/s, SST-2 rows",
+                            "captured; bf16, real (non-pad) tokens/s, SST-2 rows; each run "
+                            "loads saved random-init weights with wellfed.model.load_model, "
+                            "as a train stage loads a pretrained model",
                     "device": device, "smoke": SMOKE, "compile_mode": MODE,
                     "measured_at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
                     "machine": harness.machine(), "skipped": skipped,

@@ -81,6 +81,33 @@ def model_factory(kind: str, seed: int = SEED):
     return make
 
 
+TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+        "intermediate_size": 64}  # WELLFED_BENCH_SMOKE: a check of a script on a CPU
+
+
+def save_encoder(kind: str, folder: Path, seed: int = SEED) -> Path:
+    """A random-init encoder of `kind` (minilm, bert_base, tiny) saved in `folder` as a
+    checkpoint without a classifier head, as MiniLM ships, beside MiniLM's tokenizer files: a
+    run that loads it with wellfed.model.load_model (a fresh head) pays what a train stage
+    loading a pretrained model pays, not a random init of every weight on the CPU, which only
+    the benchmark needs (BERT-base: docs/gpu.md has both figures)."""
+    import shutil
+
+    import torch
+    from transformers import AutoConfig, AutoModel
+
+    config = AutoConfig.from_pretrained(harness.model_path())
+    for key, value in {"bert_base": BERT_BASE, "tiny": TINY}.get(kind, {}).items():
+        setattr(config, key, value)
+    torch.manual_seed(seed)
+    AutoModel.from_config(config).save_pretrained(folder)
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt",
+                 "special_tokens_map.json"):
+        if (Path(harness.model_path()) / name).exists():
+            shutil.copy(Path(harness.model_path()) / name, folder / name)
+    return folder
+
+
 def gpu_figures(model, record: dict, sampler, device_name: str) -> dict:
     """MFU of useful tokens vs the table peak, peak memory, NVML means over the timed window."""
     import torch

@@ -211,22 +211,43 @@ def test_compiled_steps_match_eager_in_one_family_of_graphs(monkeypatch):
     assert losses[1] == pytest.approx(losses[0], rel=1e-2)  # bf16 kernels differ, not the math
 
 
-def test_auto_budget_probe_finds_a_fitting_budget_on_the_device():
+@pytest.mark.parametrize("cuda_graphs", ["false", "auto"])
+def test_auto_budget_probe_finds_a_fitting_budget_on_the_device(cuda_graphs):
     """micro_batch_tokens auto on the real GPU, bounded by a planted memory fraction so the
     search meets a real CUDA out-of-memory error: the budget is > 0, below what was asked for,
-    and a micro-batch of that many tokens then trains."""
+    and a micro-batch of that many tokens then trains. The probe leaves nothing behind: no
+    gradient values, no optimizer state, no memory beyond what the step's path holds by design.
+    On the planned path (cuda_graphs auto, one CUDA worker) that is every gradient bound to a
+    zeroed flat buffer after the probe (graphs.create -> gradients.bind, which keeps whatever a
+    gradient held, so a leftover would show as a non-zero value); on the dynamic path, None."""
+    from wellfed.train import gradients
 
     model = bert(hidden=256, layers=4)
+    warm_up(model)  # cuBLAS handles and workspaces, held from here on, into the baseline
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    placeholders = 2 * 4 * sum(p.numel() for p in trainable)  # the probe's AdamW stand-ins
     cfg = TrainConfig(precision="bf16", micro_batch_tokens="auto", global_batch_size=1 << 16,
-                      micro_batch_size=1 << 16, warmup_ratio=0.0)
+                      micro_batch_size=1 << 16, warmup_ratio=0.0, cuda_graphs=cuda_graphs)
     lengths = np.full(1 << 16, 128)
     total = torch.cuda.get_device_properties(CUDA).total_memory
+    base = torch.cuda.memory_allocated(CUDA)
+    ooms = torch.cuda.memory_stats(CUDA).get("num_ooms", 0)
     torch.cuda.set_per_process_memory_fraction(min(1.0, 4 * 2**30 / total), CUDA)  # ~4 GiB
     try:
         s = setup(cfg, model, len(lengths), CUDA, lengths=lengths)
         tokens = s.spec.micro_tokens
         assert 128 <= tokens < (1 << 16) * 128 and s.budget_note.startswith("auto: probed")
-        assert all(p.grad is None for p in model.parameters())  # the probe left no gradients
+        assert torch.cuda.memory_stats(CUDA)["num_ooms"] > ooms  # the error path did run
+        if cuda_graphs == "false":
+            assert s.graphs is None and all(p.grad is None for p in trainable)
+            by_design = 0
+        else:
+            assert s.graphs is not None and gradients.bound(s.graphs.flat, model)
+            assert not any(bool(b.any()) for b in s.graphs.flat.buffers)
+            by_design = sum(b.numel() * b.element_size() for b in s.graphs.flat.buffers)
+        assert not s.optimizer.state
+        # A leaked attempt would hold GBs of activations, leaked stand-ins `placeholders` bytes.
+        assert torch.cuda.memory_allocated(CUDA) - base - by_design < placeholders // 2
         rows = tokens // 128
         host = host_batch(rows, 128, np.random.default_rng(5), padded=True)
         step = Step(0, 0, rows, [np.arange(rows)])
@@ -236,6 +257,18 @@ def test_auto_budget_probe_finds_a_fitting_budget_on_the_device():
     finally:
         torch.cuda.set_per_process_memory_fraction(1.0, CUDA)
         torch.cuda.empty_cache()
+
+
+def warm_up(model) -> None:
+    """One bf16 forward and backward of `model`, gradients then dropped: the first matmuls of
+    the host thread and of autograd's device thread allocate cuBLAS workspaces that stay."""
+    host = host_batch(8, 32, np.random.default_rng(0))
+    batch = dev.to_device(host, CUDA)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        logits = dev.forward(model, batch, host)
+    logits.float().sum().backward()
+    model.zero_grad(set_to_none=True)
+    torch.cuda.synchronize(CUDA)
 
 
 def test_a_step_that_runs_out_of_gpu_memory_is_halved_and_redone(capsys):

@@ -1,11 +1,13 @@
 """The token budget on CPU: a planted out-of-memory error halves it and redoes the step with the
-same result, the probe's search finds the largest fit under an injected memory limit, ranks
-agree on the smallest budget, and the config takes `auto` and train.compile."""
+same result, the probe's search finds the largest fit under an injected memory limit and leaves
+nothing behind after an error in a backward, ranks agree on the smallest budget, and the config
+takes `auto` and train.compile."""
 
 from __future__ import annotations
 
 import functools
 import itertools
+import weakref
 from types import SimpleNamespace
 
 import numpy as np
@@ -152,6 +154,53 @@ def test_the_search_finds_the_largest_fit_under_an_injected_memory_limit():
     assert autobatch.budget_for(0, width, 4096) == 0
     exact = [autobatch.largest_fit(lambda r, n=n: r <= n, most=64) for n in range(1, 33)]
     assert exact == list(range(1, 33))  # up to 32 rows, the count is found exactly
+
+
+def test_the_probe_leaves_no_gradient_stand_in_or_graph_after_an_error_in_the_backward(
+        tiny_model_dir, monkeypatch):
+    """The probe itself (autobatch.probe) on CPU, torch.cuda's memory calls stubbed: a CUDA
+    out-of-memory error planted in the backward of every attempt over 5 rows, raised once the
+    head's and the last layer's gradients are written. The search still finds 5 rows, and then
+    no parameter holds a gradient, the optimizer-state stand-ins are freed, and so is every
+    attempt's graph (its logits, and the activations they hold), freed as soon as the error is
+    handled, not at a later garbage collection: on a GPU the next attempt needs that memory."""
+    torch.manual_seed(0)
+    model = load_model(ModelConfig(init="random"), str(tiny_model_dir), ["a", "b"]).train()
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    for name, stub in {"get_device_properties": lambda d: SimpleNamespace(total_memory=2**40),
+                       "max_memory_reserved": lambda d=None: 0,
+                       "synchronize": lambda d=None: None, "empty_cache": lambda: None,
+                       "reset_peak_memory_stats": lambda d=None: None}.items():
+        monkeypatch.setattr(torch.cuda, name, stub)
+    rows_now, written_at_error, logits, stand_ins = [0], [], [], []
+
+    def raise_in_backward(module, grad_in, grad_out):  # layer 0: runs after layer 1 and the head
+        if rows_now[0] > 5:
+            written_at_error.append(sum(p.grad is not None for p in trainable))
+            raise torch.OutOfMemoryError("CUDA out of memory (planted in the backward)")
+
+    model.bert.encoder.layer[0].register_full_backward_hook(raise_in_backward)
+    forward, empty_like = dev.forward, torch.empty_like
+
+    def recorded(model, batch, host, **kw):
+        rows_now[0] = len(host["input_ids"])
+        out = forward(model, batch, host, **kw)
+        logits.append(weakref.ref(out))
+        return out
+
+    def recorded_empty_like(*args, **kw):
+        stand_ins.append(weakref.ref(out := empty_like(*args, **kw)))
+        return out
+
+    monkeypatch.setattr(dev, "forward", recorded)
+    monkeypatch.setattr(torch, "empty_like", recorded_empty_like)
+    rows = autobatch.probe(model, CPU, dev.choose_precision("fp32", CPU), width=16, most=64)
+    assert rows == 5
+    assert len(written_at_error) == 2  # at 8 rows, then 6 (bisecting between 4 and 8)
+    assert all(0 < n < len(trainable) for n in written_at_error)  # some, not all, written
+    assert all(p.grad is None for p in trainable)
+    assert len(stand_ins) == 2 * len(trainable) and all(ref() is None for ref in stand_ins)
+    assert len(logits) == 6 and all(ref() is None for ref in logits)  # 1, 2, 4, 8, 6, 5 rows
 
 
 def agree_worker(rank: int, init: str, out) -> None:
