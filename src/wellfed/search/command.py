@@ -17,6 +17,7 @@ import argparse
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from wellfed.outputs import write_json
@@ -46,11 +47,17 @@ def main(argv: list[str] | None = None) -> None:
 
 def tokens_ready(params: str) -> None:
     """The token files of these params: `dvc repro tokenize` (a second or two when up to date)."""
+    started = time.time()
     proc = subprocess.run(["dvc", "repro", "tokenize"], capture_output=True, text=True)
-    if proc.returncode:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["(no output)"]
-        raise ValueError(f"`dvc repro tokenize` failed before the search ({tail[0]}); fix "
-                         f"{params} or the data, then rerun wellfed-search")
+    if not proc.returncode:
+        print(f"[wellfed] token files ready (`dvc repro tokenize`, {time.time() - started:.1f} s)",
+              flush=True)
+    else:
+        lines = (proc.stderr + proc.stdout).strip().splitlines()
+        ours = [line for line in lines if line.startswith("error: ")]  # a stage's own line
+        said = (ours or [line for line in lines if line.startswith("ERROR")] or lines[-1:]
+                or ["no output"])[0].removeprefix("error: ")
+        raise ValueError(f"`dvc repro tokenize` failed before the search: {said}")
 
 
 def run(args: argparse.Namespace) -> None:

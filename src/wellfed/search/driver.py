@@ -143,8 +143,14 @@ def placed(p: Plan, train_cfg: TrainConfig, model_cfg: ModelConfig, data_cfg: Da
            ray_cfg: RayConfig, tokens: Path, meta: dict) -> tuple[Setting, dict]:
     """What every trial shares, and what Ray gives each (after `connect`): ray.cpus_per_worker
     CPUs, and ray.gpus_per_worker of a GPU where the cluster has GPUs (ray.use_gpu)."""
+    from wellfed.cluster import described, live_nodes
     from wellfed.train.preflight import wants_gpu
 
+    nodes = live_nodes()
+    if len(nodes) > 1 and not ray_cfg.storage_path:
+        raise ValueError(f"the Ray cluster has {described(nodes)}: trials on other nodes cannot "
+                         f"read this machine's {tokens}; set ray.storage_path to shared storage "
+                         "(an NFS path or s3://...) so the token files are staged there once")
     use_gpu = wants_gpu(ray_cfg)
     need = tuning.resources(ray_cfg.cpus_per_worker, ray_cfg.gpus_per_worker if use_gpu else 0)
     return Setting(train_cfg, model_cfg, data_cfg, str(tokens.resolve()), _model_source(meta),
