@@ -23,14 +23,13 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 import optuna  # noqa: E402
-import pandas as pd  # noqa: E402
 import torch  # noqa: E402
-from datasets import Dataset  # noqa: E402
 from transformers import (AutoConfig, AutoModelForSequenceClassification,  # noqa: E402
                           AutoTokenizer, DataCollatorWithPadding, Trainer, TrainerCallback,
                           TrainingArguments)
 
 import harness  # noqa: E402
+from hf_trainer_script import tokenized  # noqa: E402
 from train_throughput import grouping_args  # noqa: E402
 
 
@@ -63,13 +62,7 @@ def main(train_tsv: str, dev_tsv: str, out_dir: str, spec_json: str) -> None:
         return AutoModelForSequenceClassification.from_config(
             AutoConfig.from_pretrained(model_dir, num_labels=2))
 
-    def load(path):  # GLUE's TSV has bare quotes inside sentences: no quoting
-        frame = pd.read_csv(path, sep="\t", quoting=3)
-        return Dataset.from_pandas(frame).map(
-            lambda b: tokenizer(b["sentence"], truncation=True, max_length=128), batched=True,
-            remove_columns=["sentence"])
-
-    train, dev = load(train_tsv), load(dev_tsv)
+    train, dev = tokenized(train_tsv, tokenizer), tokenized(dev_tsv, tokenizer)
 
     def macro_f1(pred):
         predicted, gold = np.argmax(pred.predictions, -1), pred.label_ids
