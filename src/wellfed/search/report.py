@@ -11,9 +11,10 @@ def compute(reports: dict[str, list], trials: int, full: int) -> dict:
     (a grid or a random search of as many recipes), and how many ASHA stopped early."""
     steps = [int(found[-1]["step"]) if found else 0 for found in reports.values()]
     stopped = sum(1 for s in steps if s < full)
+    grid = len(steps) * full
     return {"trials": len(steps), "planned_trials": trials, "stopped_early": stopped,
-            "steps": sum(steps), "grid_steps": trials * full,
-            "share_of_grid": sum(steps) / (trials * full) if trials and full else None}
+            "steps": sum(steps), "grid_steps": grid,
+            "share_of_grid": sum(steps) / grid if grid else None}
 
 
 def describe(search_id: str, metric: str, best: dict, cost: dict, check: dict | None,
@@ -24,7 +25,9 @@ def describe(search_id: str, metric: str, best: dict, cost: dict, check: dict | 
                  f"at step {best['step']}, trial {best['trial']}).")
     share = cost["share_of_grid"]
     lines.append(
-        f"**Compute:** {cost['trials']} of {cost['planned_trials']} trials ran; ASHA stopped "
+        f"**Compute:** {cost['trials']} trials ran ({cost['planned_trials']} asked"
+        + ("; one finished just before a kill, and Tune proposed another in its place"
+           if cost["trials"] > cost["planned_trials"] else "") + "); ASHA stopped "
         f"{cost['stopped_early']} early. They trained {cost['steps']:,} steps, "
         + (f"{share:.0%} of the {cost['grid_steps']:,} that the same trials at full budget "
            "would (a grid of as many recipes)." if share is not None else "."))

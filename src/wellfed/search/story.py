@@ -205,7 +205,7 @@ class Story:
             end += " (finished before the search was stopped: its reports handed back, not trained again)"
         shown = f"; best at full budget {best[0]:.4f} (trial {best[1]})" if best and \
             self.phase == "search" else ""
-        print(f"[wellfed] {self.phase} {count}/{self.total or '?'} ({elapsed / 60:.1f} min{left}): "
+        print(f"[wellfed] {self.phase} {count}/{max(self.total, count)} ({elapsed / 60:.1f} min{left}): "
               f"trial {trial} {end}, {self.metric} {last.get(self.metric, float('nan')):.4f}"
               + shown, flush=True)
 

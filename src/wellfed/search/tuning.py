@@ -3,9 +3,9 @@ the final check (a fixed grid of finalist x seed), each resumable from its folde
 
 Both phases run the same trainable (search/trial.py) in warm workers (`reuse_actors`), placed
 by Ray with `ray.cpus_per_worker` CPUs and, on a cluster with GPUs, `ray.gpus_per_worker` of a
-GPU per trial. Tune's experiment state is saved at most every `STATE_EVERY_S` seconds and on a
-stop; trials finished since are in the search folder's ledger (search/story.py), so a resumed
-phase trains none of them again.
+GPU per trial. Tune's experiment state is saved at every turn of its loop and on a stop;
+trials finished since are in the search folder's ledger (search/story.py), so a resumed phase
+trains none of them again.
 
 Signals: Ray Tune stops gracefully on SIGINT (Ctrl-C) and SIGUSR1, saving its state; SIGTERM
 (SLURM, a spot VM's notice) is turned into SIGUSR1 here, so every polite signal stops the same
@@ -19,8 +19,11 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-STATE_EVERY_S = "2"
-"""TUNE_GLOBAL_CHECKPOINT_S: how often Tune saves the experiment's state (a few KB here)."""
+STATE_EVERY_S = "0"
+"""TUNE_GLOBAL_CHECKPOINT_S: Tune saves the experiment's state (a few KB here) at every turn
+of its loop, so that a search killed outright loses at most the turn under way: a trial that
+finished in it is in the ledger (search/story.py) but not in Tune's state, and Tune proposes
+one trial in its place (both are kept and ranked)."""
 
 
 @dataclass(frozen=True)
