@@ -252,6 +252,22 @@ def test_every_request_format_refuses_a_null_text_and_reads_texts_alike(register
         assert [r["label"] for r in one["predictions"]] == expected["label"].tolist()[1:2]
 
 
+def test_a_row_of_lists_is_unpacked_for_pairs_and_refused_when_lengths_differ():
+    """MLflow hands {"inputs": {"premise": [...], "hypothesis": [...]}} (every value a list of
+    strings) over as one row of lists: its rows; lists of different lengths are no rows."""
+    spec = serving.ModelSpec("single_label", ("premise", "hypothesis"), 0.5, 128, ("a", "b"))
+    one = pd.DataFrame({"premise": [["p1", "p2"]], "hypothesis": [["h1", "h2"]]})
+    rows = serving.served_rows(one, spec)
+    assert rows.to_dict("list") == {"premise": ["p1", "p2"], "hypothesis": ["h1", "h2"]}
+    ragged = pd.DataFrame({"premise": [["p1", "p2"]], "hypothesis": [["h1"]]})
+    assert serving.served_rows(ragged, spec) is ragged
+    with pytest.raises(ValueError, match=r"^input: data row 1 in column 'premise' is \['p1', "
+                                         r"'p2'\] \(list\), not a text"):
+        serving.text_columns(ragged, spec)
+    plain = pd.DataFrame({"premise": ["p"], "hypothesis": ["h"]})
+    assert serving.served_rows(plain, spec) is plain
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
