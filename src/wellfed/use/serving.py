@@ -139,9 +139,8 @@ def text_columns(frame: pd.DataFrame, spec: ModelSpec) -> list[pd.Series]:
 
 
 def not_text(values: pd.Series, name: str) -> None:
-    """Refuse the first value that is neither a string nor null (nulls are the empty-text
-    rule's): a number, a bool or a list read as str() would be the text "3", "True", "['a']",
-    as a null once was "None"."""
+    """Refuse the first value that is neither a string nor null (the empty-text rule's): read
+    as str(), 3, true or ['a'] would be the texts "3", "True", "['a']", as null was "None"."""
     odd = ~(values.map(lambda v: isinstance(v, str)).to_numpy(bool) | values.isna().to_numpy(bool))
     if odd.any():
         at = int(np.flatnonzero(odd)[0])
@@ -152,10 +151,9 @@ def not_text(values: pd.Series, name: str) -> None:
 
 
 def served_rows(frame: pd.DataFrame, spec: ModelSpec) -> pd.DataFrame:
-    """The rows of a request as MLflow's scoring server hands them over. The text columns are
-    typed Any in the signature (`signature`), so that MLflow passes a null on as null in every
-    request format; but then it reads `{"inputs": {"sentence": ["a", "b"]}}` (every value a
-    list of strings) as ONE row holding the list. Such a row is unpacked into its rows."""
+    """A request's rows. With the text columns typed Any (`input_schema`), MLflow hands
+    `{"inputs": {"sentence": ["a", "b"]}}` (every value a list of strings) over as ONE row
+    holding the lists: such a row is unpacked."""
     names = [n for n in spec.text_columns if n in frame.columns]
     if len(frame) != 1 or not names:
         return frame
@@ -321,11 +319,9 @@ def no_artifact_progress_bar():
 
 
 def input_schema(spec: ModelSpec):
-    """The signature's inputs: the text column(s), typed Any. Typed string, MLflow's scoring
-    server casts each `inputs`/`instances` value to a string before the model sees it, so a
-    null became the text "None" and was answered (a null in `dataframe_split` stayed null and
-    was refused). Typed Any, a null reaches the model as null in every request format, and
-    the model's own rule refuses it (`text_columns`)."""
+    """The signature's inputs: the text column(s), typed Any. Typed string, MLflow's server
+    cast each `inputs`/`instances` value to a string, so a null was answered as the text
+    "None"; typed Any, a null reaches `text_columns` as null in every request format."""
     from mlflow.types.schema import AnyType, ColSpec, Schema
 
     return Schema([ColSpec(AnyType(), name) for name in spec.text_columns])
