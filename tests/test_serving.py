@@ -225,6 +225,7 @@ def test_every_request_format_refuses_a_null_text_and_reads_texts_alike(register
 
     uri, _, _ = registered
     mlflow.set_tracking_uri(uri)
+    assert len(NULLS) == 10 and len(NOT_TEXT) == 4
     with own_wellfed():
         model = mlflow.pyfunc.load_model("models:/serve-classifier/1")
         for body, row in NULLS:
