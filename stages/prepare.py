@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 
 from wellfed.cli import stage
 from wellfed.config import load_params
-from wellfed.data import prepare, sources
+from wellfed.data import boundary, prepare, sources
 from wellfed.data.report import summary
 from wellfed.outputs import atomic_path, check_room, write_json
 
@@ -24,17 +24,22 @@ log = logging.getLogger("wellfed.prepare")
 def main(raw_dir, prepared_dir, report_json, *, budget):
     with budget.clock("params"):
         (cfg,) = load_params("params.yaml", "prepare")
+    named = {split: getattr(cfg, split) for split in ("train", "validation", "test")
+             if getattr(cfg, split)}
+    paths, outside = {}, []
+    if not cfg.hub_dataset:  # before a byte is read: no path leaves the raw folder unasked
+        paths, outside = boundary.confined(
+            raw_dir, {f"prepare.{split}": name for split, name in named.items()},
+            allow_key="prepare.allow_outside", allowed=cfg.allow_outside,
+            folder_words=f"the raw folder {raw_dir}", put_in=raw_dir, stage="prepare")
     raw, files = {}, []
-    for split in ("train", "validation", "test"):
-        name = getattr(cfg, split)
-        if not name:
-            continue
+    for split, name in named.items():
         if cfg.hub_dataset:
             frame = sources.read_hub(cfg.hub_dataset, cfg.hub_config, name, cfg.text_column,
                                      cfg.label_column)
             raw[split] = (lambda frame=frame: [frame], f"hub:{cfg.hub_dataset}/{name}")
         else:
-            path = Path(raw_dir) / name
+            path = paths[f"prepare.{split}"]
             files.append(path)
             raw[split] = (functools.partial(sources.iter_file, path, cfg.format, cfg.text_column,
                                             cfg.label_column, header=cfg.header,
@@ -48,6 +53,7 @@ def main(raw_dir, prepared_dir, report_json, *, budget):
     with tempfile.TemporaryDirectory(prefix="wellfed-prepare-") as scratch, \
             budget.clock("read + clean + write"):
         splits, names, report = prepare.prepare_blocks(raw, cfg, Path(scratch))
+        report["warnings"] = outside + report["warnings"]
         with atomic_path(prepared_dir, is_dir=True) as tmp:
             for split, frames in splits.items():
                 write_parquet(tmp / f"{split}.parquet", frames)

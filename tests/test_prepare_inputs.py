@@ -295,3 +295,31 @@ def test_many_labels_are_summarised_on_the_console(tmp_path):
                              "1; fewest: intent_74 1, intent_75 1, intent_76 1); every count is "
                              "in reports/prepare.json")
     assert len(report(tmp_path)["splits"]["train"]["labels"]) == 77
+
+
+def test_a_nul_byte_in_a_text_is_kept_counted_and_warned_about(tmp_path):
+    """A NUL byte inside a text is kept as written, as every text is (no rule rewrites one),
+    and never silently: counted per split in the report, on the console, and warned about
+    with the first row."""
+    train = GOOD + "the soundt\x00rack\t1\nok\t0\n\x00both\x00\t0\n"
+    pairs = "premise\thypothesis\tlabel\n" + "".join(f"a {i}\tb {i}\t{i % 2}\n"
+                                                  for i in range(20))
+    proc = run_prepare(tmp_path, {"train.tsv": train}, ONLY)
+    assert proc.returncode == 0, proc.stderr
+    rep = report(tmp_path)["splits"]
+    assert rep["validation"]["nul_texts"] == 0  # carved from train: counted there
+    assert rep["train"]["rows_read"] == 23 and rep["train"]["nul_texts"] == 2
+    texts = pd.concat([prepared(tmp_path, "train"), prepared(tmp_path, "validation")])["text"]
+    assert "the soundt\x00rack" in texts.tolist()  # kept as written
+    assert "; 2 texts hold a NUL byte (kept); " in stdout_lines(proc)[0]
+    assert data_warnings(proc) == [
+        "raw/train.tsv: 2 texts hold a NUL byte (the first: data row 21); kept as written (a "
+        "BERT tokenizer drops the character, a byte-level one reads it as a token); if it is "
+        "damage, remove it from the file (e.g. tr -d '\\000' < train.tsv > fixed.tsv)"]
+    # a sentence pair: the second text counts too, once per row
+    (tmp_path / "pair").mkdir()
+    proc = run_prepare(tmp_path / "pair",
+                       {"train.tsv": pairs.replace("b 3", "b\x003").replace("a 3", "a\x003")},
+                       {**ONLY, "text_column": ["premise", "hypothesis"]})
+    assert proc.returncode == 0, proc.stderr
+    assert report(tmp_path / "pair")["splits"]["train"]["nul_texts"] == 1

@@ -191,6 +191,84 @@ def test_registered_model_loads_with_pyfunc_and_answers_in_input_order(registere
                                  "row); every row needs a text: fill it in or remove the row")
 
 
+EMPTY = ("input: data row {} has empty text in column 'sentence' (1 such row); every row needs "
+         "a text: fill it in or remove the row")
+NULLS = [  # every request format MLflow's scoring server takes, a null text in each
+    ({"inputs": {"sentence": ["ok", None]}}, 2), ({"inputs": {"sentence": None}}, 1),
+    ({"inputs": {"sentence": [None]}}, 1), ({"inputs": ["ok", None]}, 2),
+    ({"instances": [{"sentence": "ok"}, {"sentence": None}]}, 2),
+    ({"instances": [{"sentence": None}]}, 1), ({"instances": ["ok", None]}, 2),
+    ({"dataframe_split": {"columns": ["sentence"], "data": [["ok"], [None]]}}, 2),
+    ({"dataframe_records": [{"sentence": "ok"}, {"sentence": None}]}, 2),
+    ({"dataframe_records": [{"sentence": "ok"}, {}]}, 2)]
+NOT_TEXT = [({"inputs": {"sentence": ["ok", 3]}}, "3 (int)"),
+            ({"instances": ["ok", True]}, "True (bool)"),
+            ({"dataframe_split": {"columns": ["sentence"], "data": [["ok"], [1.5]]}},
+             "1.5 (float)"),
+            ({"dataframe_records": [{"sentence": "ok"}, {"sentence": ["a"]}]}, "['a'] (list)")]
+
+
+def answer(model, body: dict):
+    """What MLflow's scoring server answers `body` (in-process: its own `invocations`)."""
+    from mlflow.pyfunc import scoring_server
+
+    return scoring_server.invocations(json.dumps(body), "application/json", model,
+                                      model.metadata.get_input_schema())
+
+
+def test_every_request_format_refuses_a_null_text_and_reads_texts_alike(registered, predictor):
+    """One rule: a null text is refused (a 400 naming its row and column) in every format,
+    never read as the text "None"; a value that is not a string is refused too; and the texts
+    of every format get the same predictions."""
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    uri, _, _ = registered
+    mlflow.set_tracking_uri(uri)
+    assert len(NULLS) == 10 and len(NOT_TEXT) == 4
+    with own_wellfed():
+        model = mlflow.pyfunc.load_model("models:/serve-classifier/1")
+        for body, row in NULLS:
+            with pytest.raises(MlflowException) as err:
+                answer(model, body)
+            assert err.value.get_http_status_code() == 400, body
+            assert err.value.message.endswith(f"Error: {EMPTY.format(row)}"), (body, err.value)
+        for body, shown in NOT_TEXT:
+            with pytest.raises(MlflowException) as err:
+                answer(model, body)
+            assert err.value.get_http_status_code() == 400, body
+            assert err.value.message.endswith(
+                f"Error: input: data row 2 in column 'sentence' is {shown}, not a text; send "
+                "each text as a string"), (body, err.value)
+        texts = TEXTS[:3]
+        expected = serving.predict(predictor, pd.DataFrame({"sentence": texts}))
+        for body in ({"inputs": {"sentence": texts}}, {"inputs": texts},
+                     {"instances": [{"sentence": t} for t in texts]}, {"instances": texts},
+                     {"dataframe_split": {"columns": ["sentence"], "data": [[t] for t in texts]}},
+                     {"dataframe_records": [{"sentence": t} for t in texts]}):
+            rows = json.loads(answer(model, body).response)["predictions"]
+            assert [r["label"] for r in rows] == expected["label"].tolist(), body
+            np.testing.assert_allclose([r["score"] for r in rows], expected["score"], atol=1e-5)
+        one = json.loads(answer(model, {"inputs": {"sentence": texts[1]}}).response)
+        assert [r["label"] for r in one["predictions"]] == expected["label"].tolist()[1:2]
+
+
+def test_a_row_of_lists_is_unpacked_for_pairs_and_refused_when_lengths_differ():
+    """MLflow hands {"inputs": {"premise": [...], "hypothesis": [...]}} (every value a list of
+    strings) over as one row of lists: its rows; lists of different lengths are no rows."""
+    spec = serving.ModelSpec("single_label", ("premise", "hypothesis"), 0.5, 128, ("a", "b"))
+    one = pd.DataFrame({"premise": [["p1", "p2"]], "hypothesis": [["h1", "h2"]]})
+    rows = serving.served_rows(one, spec)
+    assert rows.to_dict("list") == {"premise": ["p1", "p2"], "hypothesis": ["h1", "h2"]}
+    ragged = pd.DataFrame({"premise": [["p1", "p2"]], "hypothesis": [["h1"]]})
+    assert serving.served_rows(ragged, spec) is ragged
+    with pytest.raises(ValueError, match=r"^input: data row 1 in column 'premise' is \['p1', "
+                                         r"'p2'\] \(list\), not a text"):
+        serving.text_columns(ragged, spec)
+    plain = pd.DataFrame({"premise": ["p"], "hypothesis": ["h"]})
+    assert serving.served_rows(plain, spec) is plain
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -248,7 +326,8 @@ def test_mlflow_models_serve_answers_invocations(registered, predictor, tmp_path
         # A bad row: MLflow's 400 with wellfed's line (MLflow puts "Failed to predict data
         # '<the input>'. Error: " before it), no stack trace, nothing of the server's files.
         for body in ({"dataframe_split": {"columns": ["sentence"], "data": [["ok"], [None]]}},
-                     {"inputs": {"sentence": ["ok", "  "]}}):
+                     {"inputs": {"sentence": ["ok", "  "]}}, {"inputs": {"sentence": ["ok", None]}},
+                     {"instances": [{"sentence": "ok"}, {"sentence": None}]}):
             status, text = refused(f"{url}/invocations", body)
             answer = json.loads(text)
             assert status == 400 and answer["error_code"] == "INVALID_PARAMETER_VALUE", text

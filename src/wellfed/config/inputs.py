@@ -48,6 +48,13 @@ class PrepareConfig:
     integers -> regression, anything else -> single_label."""
     label_delimiter: str = ","
     """Multi-label in CSV/TSV: the character between a row's labels (`2,17`)."""
+    allow_outside: bool = False
+    """Read `train`, `validation` and `test` where they resolve even outside the raw folder (an
+    absolute path, a `..`, or a link in the raw folder to a file elsewhere); false refuses such
+    a file before a byte of it is read, naming the key and the fix. DVC tracks the raw folder
+    only: a file named outside it directly is not tracked (a change to it does not rerun
+    prepare, and each run warns); a link in the raw folder to it is (DVC hashes what a link
+    points to)."""
     hub_dataset: str = ""
     """Hugging Face Hub dataset id (needs network); when set the raw folder is not read."""
     hub_config: str = ""

@@ -102,6 +102,11 @@ class PredictConfig:
     inputs: dict[str, str] = dataclasses.field(default_factory=dict)
     """name -> an unlabelled file (any format prepare reads); each gets a stage `predict@name`
     writing data/predictions/<name>.parquet. {} = no predict stage at all (the default)."""
+    allow_outside: bool = False
+    """Read `inputs` files where they resolve even outside the project (an absolute path, a
+    `..`, or a link to a file elsewhere); false refuses such a file before a byte of it is
+    read, naming the entry and the fix. DVC tracks each file either way (it is its stage's
+    dependency)."""
     text_column: str | int | list = ""
     """The inputs' text column: a name or a 0-based position, a list of two for a sentence pair;
     "" = the column(s) the model was trained on (its wellfed.json)."""

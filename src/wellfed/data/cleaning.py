@@ -10,7 +10,16 @@ import pandas as pd
 from wellfed.config import PrepareConfig
 from wellfed.data.report import SplitReport
 from wellfed.data.scan import Scan, labels_at
-from wellfed.data.wording import SHOWN, group_list, occur, plural
+from wellfed.data.wording import SHOWN, group_list, occur, plural, short
+
+
+def _quoted(value) -> str:
+    """A label as a message quotes it: repr, cut to 40 characters (a label is the file's
+    content: a message names it, it does not carry it whole)."""
+    if isinstance(value, str):
+        return short(value)
+    text = repr(value)
+    return text if len(text) <= 40 else text[:40] + "..."
 
 
 def _repeated(key: np.ndarray) -> np.ndarray:
@@ -58,13 +67,13 @@ def clean(scan: Scan, cfg: PrepareConfig) -> tuple[SplitReport, np.ndarray]:
         raise ValueError(f"{where}: data row {scan.list_row + 1} has a list of labels, but the "
                          f"task is {scan.task}; set prepare.task: multi_label (or fix the label "
                          "column)")
-    report = SplitReport(rows_read=scan.rows_read)
+    report = SplitReport(rows_read=scan.rows_read, nul_texts=scan.nul_texts[0])
     if not scan.rows_read:
         raise ValueError(f"{where}: has a header but no data rows; add rows or fix the path")
     for reason, fix in (("empty_text", "fill in the text"), ("missing_label", "add the label")):
         count, row, label = scan.invalid[reason]
         if count and cfg.on_invalid == "error":
-            written = (f"written {label!r}; " if reason == "missing_label"
+            written = (f"written {_quoted(label)}; " if reason == "missing_label"
                        and isinstance(label, (str, int)) else "")
             raise ValueError(f"{where}: data row {row + 1} has {reason.replace('_', ' ')} "
                              f"({written}{plural(count, 'such row')}); {fix}, or set "
@@ -79,7 +88,7 @@ def clean(scan: Scan, cfg: PrepareConfig) -> tuple[SplitReport, np.ndarray]:
                         "first_rows": [[int(scan.row[p]) + 1 for p in group] for group in examples]}
     if texts and cfg.on_conflict == "error":
         labels = iter(labels_at(scan, [p for group in examples for p in group]))
-        shown = group_list([[f"{int(scan.row[p]) + 1} {next(labels)!r}" for p in group]
+        shown = group_list([[f"{int(scan.row[p]) + 1} {_quoted(next(labels))}" for p in group]
                          for group in examples], texts)
         raise ValueError(f"{where}: {plural(texts, 'text')} {occur(texts)} with different "
                          f"labels in {plural(int(conflict.sum()), 'row')} (data rows {shown}); "

@@ -17,6 +17,9 @@ class SplitReport:
         "empty_text": 0, "missing_label": 0, "duplicate": 0, "conflict": 0})
     missing_labels: dict[str, int] = field(default_factory=dict)
     """Rows dropped for a missing label, by the label as written (prepare.missing_labels)."""
+    nul_texts: int = 0
+    """Rows read whose text (or second text) holds a NUL byte, kept as written (warned about
+    with the first one's row)."""
     duplicates_found: int = 0
     """Rows repeating an earlier row's text and label (the first one is not counted)."""
     conflicts: dict = field(default_factory=lambda: {"texts": 0, "rows": 0, "first_rows": []})
@@ -61,6 +64,9 @@ def summary(report: dict, details: str) -> list[str]:
         else:
             head = (f"prepare {split}: {rep['rows_read']} rows read as {rep['read_as']}; kept "
                     f"{rep['kept']}, dropped {dropped}" + (f" ({reasons})" if reasons else "")
+                    + (f"; {plural(rep['nul_texts'], 'text')} "
+                       f"{'holds' if rep['nul_texts'] == 1 else 'hold'} a NUL byte (kept)"
+                       if rep.get("nul_texts") else "")
                     + f"; duplicates: {rep['duplicates_found']} found, "
                       f"{rep['dropped']['duplicate']} dropped")
             if rep["conflicts"]["texts"]:

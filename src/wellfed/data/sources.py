@@ -30,6 +30,9 @@ from wellfed.data.delimited import read_delimited
 from wellfed.data.formats import SNIFF_BYTES, detect_format
 from wellfed.data.wording import short
 
+PREPARE_KEYS = "prepare.train/validation/test"
+PREDICT_KEYS = "predict.inputs (or wellfed-predict's INPUT)"  # where each reader's paths are named
+
 BLOCK_BYTES = 8 * 2**20
 """Raw bytes per block: ~85k rows of a 100-byte-a-row CSV. A block costs ~10x its size in
 Python objects while it is parsed and cleaned: preparing 1M such rows peaked at 478 MB RSS with
@@ -49,7 +52,7 @@ def iter_file(path: str | Path, fmt: str, text_column, label_column, *, header: 
     to BLOCK_BYTES as it is when called."""
     path = Path(path)
     fmt, how, named, warnings, frames = _table(path, fmt, text_column, header, quoting,
-                                               block_bytes or BLOCK_BYTES)
+                                               block_bytes or BLOCK_BYTES, PREPARE_KEYS)
     select = functools.partial(select_columns, where=str(path), text_column=text_column,
                                label_column=label_column, named=named)
     columns = listed(text_column) + listed(label_column)
@@ -65,7 +68,7 @@ def iter_texts(path: str | Path, fmt: str, text_column, *, header: bool = True,
     many there are: the rest of the file is read through to count them)."""
     path = Path(path)
     fmt, how, named, warnings, frames = _table(path, fmt, text_column, header, quoting,
-                                               block_bytes or BLOCK_BYTES)
+                                               block_bytes or BLOCK_BYTES, PREDICT_KEYS)
 
     def select(frame: pd.DataFrame, first_row: int) -> pd.DataFrame:
         out = {"row": range(first_row, first_row + len(frame))}
@@ -98,11 +101,13 @@ def _empty_text_error(path: Path, blocks) -> ValueError:
     return texts.empty_error(str(path), first[name], count[name], "fill it in or remove the row")
 
 
-def _table(path: Path, fmt: str, text_column, header: bool, quoting: str, size: int):
+def _table(path: Path, fmt: str, text_column, header: bool, quoting: str, size: int,
+           keys: str):
     """(format, how it is read, whether columns have names, warnings, frames of every column):
-    the format and the checks that need the whole file run now; frames come as they are read."""
+    the format and the checks that need the whole file run now; frames come as they are read.
+    `keys` says where the path was named, for a message that it is not a file."""
     if not path.is_file():
-        raise _not_a_file(path)
+        raise _not_a_file(path, keys)
     with open(path, "rb") as f:
         head = f.read(SNIFF_BYTES)
     fmt, how = detect_format(path, fmt, head)
@@ -217,7 +222,7 @@ def _parquet_frames(path: Path, text_columns: list, size: int) -> Iterator[pd.Da
         yield schema.empty_table().to_pandas()
 
 
-def _not_a_file(path: Path) -> Exception:
+def _not_a_file(path: Path, keys: str) -> Exception:
     if path.is_dir():
         try:
             inside = sorted(p.name for p in path.iterdir() if not p.name.startswith("."))
@@ -225,15 +230,16 @@ def _not_a_file(path: Path) -> Exception:
             inside = []
         held = (f"it holds {', '.join(inside[:5])}{', ...' if len(inside) > 5 else ''}" if inside
                 else "it is empty")
-        return ValueError(f"{path}: is a directory, not a data file ({held}); set prepare.train/"
-                          "validation/test to a file inside it")
+        return ValueError(f"{path}: is a directory, not a data file ({held}); set {keys} to a "
+                          "file inside it")
     hint = ""
     if path.parent.is_dir():
         close = difflib.get_close_matches(path.name, [p.name for p in path.parent.iterdir()], n=2,
                                           cutoff=0.8)
         hint = f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
-    return FileNotFoundError(f"{path}: raw data file not found{hint}; check prepare.train/"
-                             "validation/test and the raw folder in dvc.yaml")
+    where = " and the raw folder in dvc.yaml" if keys == PREPARE_KEYS else ""
+    return FileNotFoundError(f"{path}: {'raw data' if keys == PREPARE_KEYS else 'input'} file not "
+                             f"found{hint}; check {keys}{where}")
 
 
 def read_hub(dataset: str, config: str, split: str, text_column, label_column) -> pd.DataFrame:

@@ -233,6 +233,23 @@ def predict_file(model: str | Path, input_path: str | Path, output_path: str | P
     return rows
 
 
+def stage_entry(addressing: str, inputs: dict) -> str:
+    """The `predict.inputs` entry that DVC's stage `predict@<name>` predicts, from its address
+    in $DVC_STAGE (`predict@<name>`; `<folder>/dvc.yaml:predict@<name>` when dvc.yaml is not at
+    the repository's root). The names are checked before (PredictConfig: letters, digits, _ and
+    -), so none holds the ':' or '@' this splits on."""
+    kind, at, name = addressing.rpartition("dvc.yaml:")[2].partition("@")
+    if kind != "predict" or not at:
+        shown = repr(addressing) if addressing else "not set"
+        raise ValueError("stages/predict.py is DVC's stage predict@<name>, and takes <name> from "
+                         f"$DVC_STAGE, which is {shown}; run dvc repro "
+                         "predict@<name>, or wellfed-predict MODEL INPUT OUTPUT for any file")
+    if name not in inputs:
+        raise ValueError(f"predict.inputs has no entry {name!r} (the stage {addressing}); add "
+                         f"it, e.g. {name}: data/new.csv, or run a stage it has")
+    return name
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="wellfed-predict", description=__doc__.split(
         "\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)

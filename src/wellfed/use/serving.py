@@ -131,9 +131,37 @@ def text_columns(frame: pd.DataFrame, spec: ModelSpec) -> list[pd.Series]:
             raise rule.InputError(f"input has no column {name!r} (columns: "
                                   f"{list(frame.columns)}); the model reads "
                                   f"{list(spec.text_columns)}: rename the column")
+    for name in names:
+        not_text(frame[name], name)
     rule.check({name: frame[name] for name in names}, "input",
                "every row needs a text: fill it in or remove the row")
     return [frame[name].astype(str) for name in names]
+
+
+def not_text(values: pd.Series, name: str) -> None:
+    """Refuse the first value that is neither a string nor null (the empty-text rule's): read
+    as str(), 3, true or ['a'] would be the texts "3", "True", "['a']", as null was "None"."""
+    odd = ~(values.map(lambda v: isinstance(v, str)).to_numpy(bool) | values.isna().to_numpy(bool))
+    if odd.any():
+        at = int(np.flatnonzero(odd)[0])
+        value = values.iloc[at]
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
+        raise rule.InputError(f"input: data row {at + 1} in column {name!r} is {shown} "
+                              f"({type(value).__name__}), not a text; send each text as a string")
+
+
+def served_rows(frame: pd.DataFrame, spec: ModelSpec) -> pd.DataFrame:
+    """A request's rows. With the text columns typed Any (`input_schema`), MLflow hands
+    `{"inputs": {"sentence": ["a", "b"]}}` (every value a list of strings) over as ONE row
+    holding the lists: such a row is unpacked."""
+    names = [n for n in spec.text_columns if n in frame.columns]
+    if len(frame) != 1 or not names:
+        return frame
+    cells = [frame[n].iat[0] for n in names]
+    if not all(isinstance(c, (list, tuple, np.ndarray)) for c in cells) or len(
+            {len(c) for c in cells}) != 1:
+        return frame
+    return pd.DataFrame({n: list(c) for n, c in zip(names, cells)})
 
 
 def truncated_rows(tok, encoded, texts: list[list[str]], max_length: int) -> np.ndarray:
@@ -238,7 +266,8 @@ def classifier_model():
         # one it warns when the class is made.
         def predict(self, context, model_input: pd.DataFrame, params=None) -> pd.DataFrame:
             try:
-                return predict(self.predictor, pd.DataFrame(model_input))
+                rows = served_rows(pd.DataFrame(model_input), self.predictor.spec)
+                return predict(self.predictor, rows)
             except rule.InputError as err:  # the input's fault, in one line: a 400
                 # MLflow's scoring server sends an MlflowException's message and code as they
                 # are; any other error becomes a generic 400 whose stack_trace carries this
@@ -289,6 +318,15 @@ def no_artifact_progress_bar():
             os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = before
 
 
+def input_schema(spec: ModelSpec):
+    """The signature's inputs: the text column(s), typed Any. Typed string, MLflow's server
+    cast each `inputs`/`instances` value to a string, so a null was answered as the text
+    "None"; typed Any, a null reaches `text_columns` as null in every request format."""
+    from mlflow.types.schema import AnyType, ColSpec, Schema
+
+    return Schema([ColSpec(AnyType(), name) for name in spec.text_columns])
+
+
 def log_model(uri: str, run_id: str, model_dir: str | Path, registered_name: str):
     """Log `model_dir` as a pyfunc model of run `run_id`, named `registered_name` in the run's
     Models column, and register it as a new version of `registered_name`, linked to the run and the logged
@@ -302,6 +340,8 @@ def log_model(uri: str, run_id: str, model_dir: str | Path, registered_name: str
     predictor = load(model_dir)
     example = example_input(predictor.spec)
     signature = mlflow.models.infer_signature(example, predict(predictor, example))
+    signature = mlflow.models.ModelSignature(inputs=input_schema(predictor.spec),
+                                             outputs=signature.outputs)
     mlflow.set_tracking_uri(uri)
     with tempfile.TemporaryDirectory() as tmp:
         # The model carries the code it runs (CARRIED), so it loads and serves wherever its pip
