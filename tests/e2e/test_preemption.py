@@ -10,6 +10,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -100,6 +101,43 @@ def stopped_line(out: str, signame: str) -> int:
     match = STOPPED.match(lines[0])
     assert match and match[1] == signame and match[2] == match[3], lines[0]
     return int(match[2])
+
+
+# `dvc repro` in a session of its own (so it leads its process group, as under a terminal or the
+# sbatch script), under a parent that reaps it and every process of the run that outlives it (a
+# child subreaper, prctl PR_SET_CHILD_SUBREAPER = 36): dvc dies of SIGTERM at once, and the train
+# stage's own exit status is wanted too. Prints dvc's pid, then writes {pid: exit status} of
+# everything it reaped into argv[1].
+LAUNCHER = """
+import ctypes, json, os, subprocess, sys
+if ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) != 0:
+    sys.exit("prctl(PR_SET_CHILD_SUBREAPER) failed")
+dvc = subprocess.Popen(sys.argv[2:], start_new_session=True)
+print(dvc.pid, flush=True)
+codes = {}
+while True:
+    try:
+        pid, status = os.wait()
+    except ChildProcessError:
+        break
+    codes[pid] = os.waitstatus_to_exitcode(status)
+with open(sys.argv[1], "w") as f:
+    json.dump(codes, f)
+"""
+
+
+def train_stage(root: int) -> psutil.Process:
+    """The python process running stages/train.py under `root` (not dvc's `sh -c` around it,
+    nor a child between its fork and exec: the topmost one)."""
+    found = {}
+    for p in psutil.Process(root).children(recursive=True):
+        try:
+            if p.cmdline()[1:2] == ["stages/train.py"]:
+                found[p.pid] = (p, p.ppid())
+        except psutil.Error:  # gone while being read
+            pass
+    (stage,) = [p for p, parent in found.values() if parent not in found]
+    return stage
 
 
 def checkpointed_step(project: Path) -> int:
@@ -193,6 +231,56 @@ def test_ctrl_c_on_two_workers_then_the_rerun_on_one_worker_finishes_the_same_ru
     assert runs[0].data.tags["derived.world_sizes"] == "2,1"
     metrics = json.loads((project / "data" / "train" / "metrics.json").read_text())
     assert metrics["train/rows"] == 2 * 600  # every row once per epoch: the same global batches
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("workers", [1, 2], ids=["in_process", "ray_train"])
+def test_one_sigterm_to_the_group_finishes_the_step_though_dvc_dies_of_it(base, tmp_path,
+                                                                           workers):
+    """The documented SIGTERM (to `dvc repro`'s process group): dvc dies of it at once, so the
+    stage's watchdog sees dvc gone while the stage finishes its step. That is the same request,
+    not a second signal: the checkpoint is of the step under way (no periodic one comes), the
+    stage exits 143 with the documented line, the MLflow run is KILLED, and the rerun resumes
+    from that step into the same run. (The watchdog used to send a second SIGTERM, read as
+    "stop at once": the steps were lost and the MLflow run left RUNNING.)"""
+    # One row per micro-batch: a step takes long enough for dvc's death to be seen during it.
+    project = fresh(base, tmp_path, ray={"num_workers": workers}, train={"micro_batch_size": 1})
+    codes = tmp_path / "codes.json"
+    proc = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(codes), "dvc", "repro"],
+                            cwd=project, env=env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    dvc = int(proc.stdout.readline())
+    lines, stage, shown = [], None, 0
+    for line in proc.stdout:  # the first progress line: training is under way
+        lines.append(line)
+        if "[wellfed] step " in line:  # on Ray from the Train controller, behind its prefix
+            shown = int(line.split("[wellfed] step ")[1].split("/")[0])
+            stage = train_stage(dvc)
+            os.killpg(dvc, signal.SIGTERM)
+            break
+    out = "".join(lines) + proc.communicate(timeout=300)[0]  # closes once all of it is gone
+    assert stage is not None, out[-3000:]
+    exits = {int(pid): code for pid, code in json.loads(codes.read_text()).items()}
+    assert exits[dvc] == -signal.SIGTERM and exits[stage.pid] == 143, (exits, out[-3000:])
+    step = stopped_line(out, "SIGTERM")
+    gone = [line for line in out.splitlines() if f"[wellfed] dvc (pid {dvc}) is gone" in line]
+    # In process the stop can be over before the watchdog's next look (1 s): then no line.
+    assert len(gone) <= 1 and all("the same request" in g for g in gone), out[-3000:]
+    assert shown <= step < STEPS
+    assert checkpointed_step(project) == step  # the step under way, not a periodic one
+    _, runs = mlflow_runs(project)
+    assert len(runs) == 1 and runs[0].info.status == "KILLED"
+    print(f"\nSIGTERM to the group at step {shown} shown: checkpoint at step {step}, stage exit "
+          f"{exits[stage.pid]}, dvc {exits[dvc]}, MLflow run {runs[0].info.status}; dvc's death "
+          f"{'seen' if gone else 'not seen'} by the watchdog")
+
+    again = run(["dvc", "repro", "train"], project, timeout=600)
+    _, resumed_at = resumed(again.stdout + again.stderr)
+    assert resumed_at == step
+    assert logged_steps(project) == list(range(1, STEPS + 1))  # once each: nothing redone
+    _, after = mlflow_runs(project)
+    assert [r.info.run_id for r in after] == [runs[0].info.run_id]
+    assert after[0].info.status == "FINISHED"
 
 
 @pytest.mark.e2e
