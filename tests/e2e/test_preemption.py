@@ -284,6 +284,45 @@ def test_one_sigterm_to_the_group_finishes_the_step_though_dvc_dies_of_it(base, 
 
 
 @pytest.mark.e2e
+def test_ctrl_c_during_the_last_step_stops_after_it_and_the_rerun_only_exports(base, tmp_path):
+    """A stop asked for in the last step is honoured, not dropped: the final checkpoint is saved
+    and the stage exits 130, so dvc does not go on to evaluate (it used to complete the stage
+    and run evaluate); the rerun trains nothing, exports from that checkpoint and goes on."""
+    # One step, of 64 micro-batches: the model's line (printed as the loop loads it) comes
+    # before it, so a signal sent at that line lands in the last step.
+    project = fresh(base, tmp_path, ray={"num_workers": 1},
+                    train={"max_steps": 1, "global_batch_size": 64, "micro_batch_size": 1})
+    proc = start_repro(project)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("[wellfed] model: ") and " parameters train (" in line:
+            os.killpg(proc.pid, signal.SIGINT)
+            break
+    out = "".join(lines) + proc.communicate(timeout=300)[0]
+    stopped = [line for line in out.splitlines() if line.startswith("[wellfed] stopped")]
+    assert stopped == [
+        "[wellfed] stopped by Ctrl-C (SIGINT) after the last step (1 of 1), checkpoint saved; "
+        "rerun `dvc repro` (or resubmit the same sbatch job) to export the model from it: no "
+        "step is trained again"], out[-3000:]
+    assert proc.returncode != 0 and re.search(r"exited with (130|-2)\b", out), out[-3000:]
+    assert "Running stage 'evaluate'" not in out and not (project / "data" / "model").exists()
+    assert checkpointed_step(project) == 1
+    _, runs = mlflow_runs(project)
+    assert len(runs) == 1 and runs[0].info.status == "KILLED"
+
+    again = run(["dvc", "repro"], project, timeout=600)
+    text = again.stdout + again.stderr
+    assert "[wellfed] resuming from step 1 of 1 " in text and "[wellfed] step " not in text
+    assert "Running stage 'evaluate'" in text
+    assert (project / "data" / "eval" / "metrics.json").is_file()
+    assert logged_steps(project) == [1]
+    _, after = mlflow_runs(project)
+    assert [r.info.run_id for r in after] == [runs[0].info.run_id]
+    assert after[0].info.status == "FINISHED"
+
+
+@pytest.mark.e2e
 def test_a_second_signal_stops_at_once_keeping_the_last_checkpoint(base, tmp_path):
     project = fresh(base, tmp_path)
     proc = start_repro(project)
