@@ -9,9 +9,11 @@ trained it again into a second MLflow run.
 So a stage that dvc runs (DVC_STAGE set) watches, from a thread, for dvc going away: its own
 parent, and dvc behind a `-c` shell, are looked at every POLL_S, and a process re-parented
 (to init or a subreaper) is one whose parent died. What the stage then does:
-- while it trains (inside `requests_to`, train/preemption.py's `run_stoppable`), the watchdog asks
+- while it trains (train/preemption.py's `run_stoppable` sets `requests_to`), the watchdog asks
   for the stop in-process, not with a signal: training checkpoints and stops as on preemption,
-  and a stop already under way goes on as it was. The documented SIGTERM goes to dvc's process
+  and a stop already under way goes on as it was (also once training has stopped: what is left
+  is the stop's own line and Ray's shutdown, during which Ray gives SIGTERM its default
+  action back, so a signal would end the stage before it says where it stopped). The documented SIGTERM goes to dvc's process
   group, the stage included, and dvc dies of it at once: its death is that same request. (A
   second SIGTERM sent here used to read as "stop at once": the steps since the last periodic
   checkpoint were lost and the MLflow run was left RUNNING.)
@@ -25,7 +27,6 @@ A stage run by hand is not watched: a parent that exits (nohup, a script) is no 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import sys
@@ -87,16 +88,11 @@ def _poll(parent: int, grand: int | None) -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
-@contextlib.contextmanager
-def requests_to(request: Callable[[str], None]):
-    """While inside, dvc going away calls `request(what)` (from the watchdog's thread; `what`
-    reads `dvc (pid 4821) is gone`) instead of sending this process SIGTERM. Once gone, dvc
-    stays gone: it is called at most once per process."""
+def requests_to(request: Callable[[str], None] | None) -> None:
+    """From now on dvc going away calls `request(what)` (from the watchdog's thread; `what`
+    reads `dvc (pid 4821) is gone`) instead of sending this process SIGTERM; None: SIGTERM
+    again. Once gone, dvc stays gone: it is called at most once per process."""
     _state["request"] = request
-    try:
-        yield
-    finally:
-        _state["request"] = None
 
 
 def finish_when_orphaned() -> None:

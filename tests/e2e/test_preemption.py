@@ -5,6 +5,7 @@ a different number of workers."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -18,7 +19,8 @@ import psutil
 import pytest
 
 from tests.e2e.pipeline import env, make_project, mlflow_runs, run
-from tests.e2e.test_cluster import fresh, loss_steps, set_params
+from tests.e2e.test_cluster import command_line, fresh, loss_steps, set_params
+from wellfed.train.preemption import DUPLICATE_S
 
 STEPS = 2 * 38  # 600 rows / global batch 16 = 38 steps per epoch, 2 epochs
 REPORT_EVERY = 5
@@ -273,6 +275,8 @@ def test_one_sigterm_to_the_group_finishes_the_step_though_dvc_dies_of_it(base, 
     print(f"\nSIGTERM to the group at step {shown} shown: checkpoint at step {step}, stage exit "
           f"{exits[stage.pid]}, dvc {exits[dvc]}, MLflow run {runs[0].info.status}; dvc's death "
           f"{'seen' if gone else 'not seen'} by the watchdog")
+    print("\n".join(line for line in out.splitlines()
+                    if line.startswith(("[wellfed] SIGTERM", "[wellfed] dvc", "[wellfed] stopped"))))
 
     again = run(["dvc", "repro", "train"], project, timeout=600)
     _, resumed_at = resumed(again.stdout + again.stderr)
@@ -328,11 +332,24 @@ def test_a_second_signal_stops_at_once_keeping_the_last_checkpoint(base, tmp_pat
     proc = start_repro(project)
     wait_for_logged_step(project, proc, 5)
     tree = psutil.Process(proc.pid).children(recursive=True)  # the stage, Ray's daemons, workers
+    workers = [p for p in tree if "RayTrainWorker" in command_line(p)]
+    assert len(workers) == 2, [command_line(p) for p in tree]
     os.killpg(proc.pid, signal.SIGTERM)
-    time.sleep(0.5)  # the first asks for a checkpoint; the second must not wait for it
-    sent = time.time()
-    out = signal_group(proc, signal.SIGTERM)
-    seconds = time.time() - sent
+    # The first asks for a checkpoint. The workers are held in their step (as a big model's
+    # step holds them: the tiny one's stop is over in a second), and the second signal, sent
+    # again after the window in which it would be a copy of the first (train/preemption.py),
+    # must not wait for them.
+    for worker in workers:
+        worker.suspend()
+    try:
+        time.sleep(DUPLICATE_S + 0.5)
+        sent = time.time()
+        out = signal_group(proc, signal.SIGTERM)
+        seconds = time.time() - sent
+    finally:
+        for worker in workers:  # they then see their raylet gone, and go
+            with contextlib.suppress(psutil.Error):
+                worker.resume()
     # Ray goes with the driver, though in process groups of its own: its daemons at once, the
     # workers with the raylet.
     _, alive = psutil.wait_procs(tree, timeout=30)
@@ -348,6 +365,8 @@ def test_a_second_signal_stops_at_once_keeping_the_last_checkpoint(base, tmp_pat
     assert match, lines[0]
     if match[1]:
         assert checkpointed_step(project) == int(match[1])
+    _, runs = mlflow_runs(project)
+    assert len(runs) == 1 and runs[0].info.status == "KILLED"  # not left RUNNING
     assert seconds < 15  # at once: no step finished, no Ray shutdown waited for
 
 

@@ -39,11 +39,15 @@ def test_the_global_batches_do_not_depend_on_the_worker_count():
 
 @pytest.fixture
 def handlers():
-    """Signals sent to this very process by `send_when_caught`; the handlers restored after."""
+    """Signals sent to this very process by `send_when_caught`; the handlers restored after,
+    and the watchdog's request (wellfed/watchdog.py) taken back."""
+    from wellfed import watchdog
+
     saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
     yield
     for s, handler in saved.items():
         signal.signal(s, handler)
+    watchdog.requests_to(None)
 
 
 def send_when_caught(*signums: int, gap: float = 0.2) -> None:
@@ -60,7 +64,8 @@ def send_when_caught(*signums: int, gap: float = 0.2) -> None:
     threading.Thread(target=send, daemon=True).start()
 
 
-def test_a_signal_asks_the_workers_to_stop_and_names_their_checkpoint(handlers):
+def test_a_signal_asks_the_workers_to_stop_and_names_their_checkpoint(handlers, capsys):
+    from wellfed import watchdog
     from wellfed.train.preemption import Stopped, run_stoppable
 
     requested = threading.Event()
@@ -70,8 +75,13 @@ def test_a_signal_asks_the_workers_to_stop_and_names_their_checkpoint(handlers):
     assert requested.is_set() and stop.value.exit_code == 143
     assert str(stop.value) == ("stopped by SIGTERM at step 7 of 76, checkpoint saved; rerun `dvc "
                                "repro` (or resubmit the same sbatch job) to resume from step 7")
-    # Stopping is under way: a later signal must not kill the stage before it prints that line.
+    # Stopping is under way: a later signal must not kill the stage before it is done, and dvc
+    # going away now (the watchdog) is the same request still.
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+    capsys.readouterr()
+    watchdog._state["request"]("dvc (pid 4821) is gone")
+    assert capsys.readouterr().err == ("[wellfed] dvc (pid 4821) is gone (it exits at once on "
+                                       "SIGTERM): the same request, the stop goes on\n")
 
 
 def test_the_same_signal_again_at_once_is_the_same_request_said_in_one_line(handlers, capsys):
@@ -91,7 +101,7 @@ def test_the_same_signal_again_at_once_is_the_same_request_said_in_one_line(hand
         run_stoppable(lambda: done.wait(30), request, lambda: 7, 76)
     assert len(asked) == 1 and not stop.value.at_once and stop.value.exit_code == 143
     err = capsys.readouterr().err.splitlines()
-    assert len(err) == 2, err
+    assert len(err) == 3 and err[2] == f"[wellfed] {stop.value}", err  # said before Ray stops
     assert err[0] == ("[wellfed] SIGTERM: finishing the current step and saving a checkpoint "
                       "(send it again to stop at once)")
     assert err[1].startswith("[wellfed] SIGTERM again 0.")
@@ -124,8 +134,8 @@ def test_dvc_gone_while_stopping_is_the_same_request(handlers, capsys):
     assert asked == [1] and str(stop.value).startswith("stopped by SIGTERM at step 9 of 76")
     assert capsys.readouterr().err.splitlines()[1:] == [
         "[wellfed] dvc (pid 4821) is gone (it exits at once on SIGTERM): the same request, the "
-        "stop goes on"]
-    assert watchdog._state["request"] is None  # given back: a later loss of dvc is a SIGTERM
+        "stop goes on", f"[wellfed] {stop.value}"]
+    assert watchdog._state["request"] is None  # dvc was seen gone: there is nothing to watch
 
 
 def test_dvc_gone_alone_stops_as_on_sigterm(handlers, capsys):
@@ -146,7 +156,7 @@ def test_dvc_gone_alone_stops_as_on_sigterm(handlers, capsys):
     assert capsys.readouterr().err.splitlines() == [
         "[wellfed] dvc (pid 4821) is gone: stopping this stage as on SIGTERM",
         "[wellfed] SIGTERM: finishing the current step and saving a checkpoint (send it again "
-        "to stop at once)"]
+        "to stop at once)", f"[wellfed] {stop.value}"]
 
 
 AT_ONCE = """

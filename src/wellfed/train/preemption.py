@@ -214,42 +214,49 @@ def run_stoppable(fit: Callable[[], T], request: Callable[[], object],
               f"goes on (send it again after {DUPLICATE_S:.0f} s to stop at once)",
               file=sys.stderr, flush=True)
 
-    def dvc_gone() -> None:  # in the main thread, as the signals are
-        why = gone[0]
-        if not first:
-            stop(signal.SIGTERM, why)
-            return
+    def same(why: str) -> None:
         print(f"[wellfed] {why} (it exits at once on {said(first[0])}): the same request, the "
               "stop goes on", file=sys.stderr, flush=True)
+
+    def dvc_gone() -> None:  # in the main thread, as the signals are
+        if first:
+            same(gone[0])
+        else:
+            stop(signal.SIGTERM, gone[0])
 
     # Not the main thread: Ray Train then skips its own SIGINT handler (which aborts the
     # workers without a checkpoint) and the main thread stays free to run ours.
     thread = threading.Thread(target=target, name="wellfed-fit", daemon=True)
     previous = {s: signal.signal(s, on_signal) for s in SIGNALS}
+    watchdog.requests_to(gone.append)
     try:
-        with watchdog.requests_to(gone.append):
-            thread.start()
-            seen = False
-            while thread.is_alive():
-                thread.join(0.2)
-                if gone and not seen:
-                    seen = True
-                    dvc_gone()
+        thread.start()
+        seen = False
+        while thread.is_alive():
+            thread.join(0.2)
+            if gone and not seen:
+                seen = True
+                dvc_gone()
     except _AtOnce as again:
         for s in SIGNALS:  # the stop at once is under way: nothing interrupts it now
             signal.signal(s, signal.SIG_IGN)
         stop_now(Stopped(again.signum, checkpoint_step(), total, at_once=True), killed)
     finally:
+        # Once stopping, what is left (the line, Ray's shutdown) is the stop itself: dvc going
+        # away is still the same request, and a later signal must not kill the stage before it
+        # says where it stopped. None: a handler installed outside Python (Ray's own).
+        watchdog.requests_to(same if first and not seen else None)
         for s, handler in previous.items():
-            # Once stopping, what is left (Ray's shutdown, the line) is the stop itself: a later
-            # signal must not kill the stage before it says where it stopped. None: a handler
-            # installed outside Python (Ray's own).
             signal.signal(s, signal.SIG_IGN if first else
                           handler if handler is not None else signal.SIG_DFL)
     if "error" in box:
         raise box["error"]
     if first:
-        raise Stopped(first[0], checkpoint_step(), total)
+        # Said here, before Ray's shutdown: it gives SIGTERM its default action back (seen with
+        # strace), so a signal then would end the stage before the stage could say it.
+        stop = Stopped(first[0], checkpoint_step(), total)
+        print(f"[wellfed] {stop}", file=sys.stderr, flush=True)
+        raise stop
     return box["value"]
 
 
