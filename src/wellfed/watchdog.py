@@ -11,12 +11,12 @@ parent, and dvc behind a `-c` shell, are looked at every POLL_S, and a process r
 (to init or a subreaper) is one whose parent died. What the stage then does:
 - while it trains (train/preemption.py's `run_stoppable` sets `requests_to`), the watchdog asks
   for the stop in-process, not with a signal: training checkpoints and stops as on preemption,
-  and a stop already under way goes on as it was (also once training has stopped: what is left
-  is the stop's own line and Ray's shutdown, during which Ray gives SIGTERM its default
-  action back, so a signal would end the stage before it says where it stopped). The documented SIGTERM goes to dvc's process
+  and a stop already under way goes on as it was. The documented SIGTERM goes to dvc's process
   group, the stage included, and dvc dies of it at once: its death is that same request. (A
   second SIGTERM sent here used to read as "stop at once": the steps since the last periodic
-  checkpoint were lost and the MLflow run was left RUNNING.)
+  checkpoint were lost and the MLflow run was left RUNNING.) So it stays once training has
+  stopped: what is left is the stop's line and Ray's shutdown, during which Ray gives SIGTERM
+  its default action back, and a signal would end the stage before it said where it stopped.
 - any other time, and in the other stages, it says so and sends itself SIGTERM: they stop at
   once (their outputs are atomic: nothing half-written stays as an output).
 - once training is over, the train stage only finishes its outputs (seconds):

@@ -25,6 +25,9 @@ FULL = ("it is full ([Errno 28] No space left on device); free some space (what 
         "and how to remove it: README, \"Faults and resume\")")
 
 
+AT_STEP_3 = TrainState(Best("val/loss"), step=3)
+
+
 def setup(width: int = 256) -> SimpleNamespace:
     """What checkpoint.save takes from train/setup.py's Setup: a model with its optimizer,
     schedule and scaler (AdamW, after one step: its state is twice the weights)."""
@@ -69,7 +72,7 @@ def test_a_disk_that_fills_while_a_checkpoint_is_written_says_so(tmp_path, monke
     monkeypatch.setattr(disk, "open", lambda path, mode: io.BufferedWriter(FullAfter(path, 4096)),
                         raising=False)
     with pytest.raises(WriteFault) as err:
-        checkpoint.save(scratch(tmp_path), setup(), TrainState(Best("val/loss"), step=3), False, None)
+        checkpoint.save(scratch(tmp_path), setup(), AT_STEP_3, False, None)
     assert str(err.value) == (f"cannot write ckpt/wf-run/01-in_process: {FULL}, then rerun "
                               "`dvc repro` to resume from the last checkpoint")
 
@@ -80,7 +83,7 @@ def test_another_write_error_is_left_as_it_is(tmp_path, monkeypatch):
 
     monkeypatch.setattr(disk, "open", broken, raising=False)
     with pytest.raises(OSError) as err:
-        checkpoint.save(scratch(tmp_path), setup(), TrainState(Best("val/loss"), step=3), False, None)
+        checkpoint.save(scratch(tmp_path), setup(), AT_STEP_3, False, None)
     assert err.value.errno == errno.EIO and not isinstance(err.value, WriteFault)
 
 
@@ -108,7 +111,7 @@ def test_a_real_full_disk_under_torch_and_safetensors(tiny_disk, tiny_model_dir)
     folder = tiny_disk / "01-in_process" / ".scratch.tmp-0123abcd"
     folder.mkdir(parents=True)
     with pytest.raises(WriteFault) as err:
-        checkpoint.save(folder, setup(width=440), TrainState(Best("val/loss"), step=3), False, None)
+        checkpoint.save(folder, setup(width=440), AT_STEP_3, False, None)
     assert str(err.value) == (f"cannot write {tiny_disk}/01-in_process: {FULL}, then rerun "
                               "`dvc repro` to resume from the last checkpoint")
     for path in folder.iterdir():

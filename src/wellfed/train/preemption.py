@@ -175,8 +175,9 @@ def run_stoppable(fit: Callable[[], T], request: Callable[[], object],
     with SIGTERM/SIGINT caught and return its result. A signal, or dvc's death seen by the
     watchdog, calls `request()` once, which asks the workers to stop (the StopFlag actor's
     `request.remote`, or an Event's `set`); the same signal again within DUPLICATE_S, and dvc's
-    death at any time, are that same request. After it, raise `Stopped` once the workers have
-    checkpointed and returned (also when that was the final step: the stop still holds).
+    death at any time, are that same request. After it, say the `Stopped` line and raise it
+    once the workers have checkpointed and returned (also when that was the final step: the
+    stop still holds).
     After another signal, print the `Stopped` line, call `killed()` (mark the MLflow run
     KILLED; KILLED_WAIT_S at most) and end the process right away, without Ray's orderly
     shutdown: `fit` is still inside `ray.get` in its thread, and tearing Ray down under it ended
@@ -194,6 +195,8 @@ def run_stoppable(fit: Callable[[], T], request: Callable[[], object],
             box["error"] = err
 
     def stop(signum: int, why: str | None = None) -> None:
+        if first:  # a signal's handler ran in between (the main thread, between two lines)
+            return
         first.extend((signum, time.monotonic()))  # first: a signal landing below is a repeat
         if why:
             print(f"[wellfed] {why}: stopping this stage as on SIGTERM", file=sys.stderr,
