@@ -44,9 +44,8 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir, *, budget):
             params=params, tags={**provenance.git_tags(Path.cwd()), **sweeps.tags(
                 uri, mlflow_cfg.experiment, mlflow_cfg.sweep)}, clock=clock,
             outputs=(model_dir, out))
-    except preemption.Stopped as stop:  # SIGTERM (SLURM, spot) or Ctrl-C: one line, 128 + signal
-        print(f"[wellfed] {stop}", file=sys.stderr, flush=True)
-        sys.exit(stop.exit_code)
+    except preemption.Stopped as stop:  # SIGTERM (SLURM, spot) or Ctrl-C: its line was said
+        sys.exit(stop.exit_code)        # as training stopped; 128 + the signal
     except orphan.Recorded as done:  # finished after its dvc had gone: dvc records it now
         print(f"[wellfed] {done}")
         return

@@ -47,13 +47,45 @@ DVC = textwrap.dedent("""
 """)
 
 
+# A train stage inside run_stoppable: its "workers" finish their step once asked, and only after
+# dvc's death has been seen (as on Ray Train, where the stop takes 10 to 24 s).
+TRAINING = textwrap.dedent("""
+    import os, sys, threading, time
+    from wellfed import watchdog
+    from wellfed.cli import guarded
+    from wellfed.train.preemption import Stopped, run_stoppable
+
+    def work():
+        print(os.getpid(), flush=True)
+        asked = threading.Event()
+
+        def request():
+            print("request", flush=True)
+            asked.set()
+
+        def fit():
+            asked.wait(120)
+            while not watchdog.orphaned():
+                time.sleep(0.05)
+            time.sleep(0.5)  # the driver looks for the watchdog's request every 0.2 s
+        try:
+            run_stoppable(fit, request, lambda: 7, 76)
+        except Stopped as stop:  # its line is said: as stages/train.py
+            sys.exit(stop.exit_code)
+
+    guarded(work, "train")
+""")
+
+
 def start(tmp_path: Path, shell: str, mode: str = "stop", seconds: float = 120,
-          under_dvc: bool = True) -> tuple[subprocess.Popen, Path, int]:
-    (tmp_path / "stage.py").write_text(STAGE)
+          under_dvc: bool = True, stage: str = STAGE,
+          session: bool = False) -> tuple[subprocess.Popen, Path, int]:
+    (tmp_path / "stage.py").write_text(stage)
     log = tmp_path / "stage.log"
     env = {**os.environ, "DVC_STAGE": "train", "PYTHONPATH": str(PROJECT / "src")}
     dvc = subprocess.Popen([sys.executable, "-c", DVC, shell, "yes" if under_dvc else "no",
-                            str(log), mode, str(seconds), str(tmp_path / "stage.py")], env=env)
+                            str(log), mode, str(seconds), str(tmp_path / "stage.py")], env=env,
+                           start_new_session=session)
     deadline = time.time() + 60
     while not (log.is_file() and log.read_text().strip()):
         assert time.time() < deadline and dvc.poll() is None
@@ -85,6 +117,46 @@ def test_a_stage_stops_when_dvc_is_killed_alone(tmp_path, shell):
     lines = log.read_text().splitlines()
     assert lines[1] == f"[wellfed] dvc (pid {dvc.pid}) is gone: stopping this stage as on SIGTERM"
     assert lines[2:] in ([], ["Terminated"])  # dash's own word for a child ended by SIGTERM
+
+
+@pytest.mark.parametrize("shell", ["/usr/bin/dash", "/usr/bin/bash"])
+def test_while_training_dvc_killed_alone_asks_for_the_stop_in_process(tmp_path, shell):
+    """No signal is sent: the watchdog asks run_stoppable, which stops as on SIGTERM."""
+    if not Path(shell).exists():
+        pytest.skip(f"no {shell} here")
+    dvc, log, stage = start(tmp_path, shell, stage=TRAINING)
+    os.kill(dvc.pid, signal.SIGKILL)
+    dvc.wait()
+    assert gone(stage, timeout=60)
+    assert log.read_text().splitlines()[1:] == [
+        f"[wellfed] dvc (pid {dvc.pid}) is gone: stopping this stage as on SIGTERM",
+        "request",
+        "[wellfed] SIGTERM: finishing the current step and saving a checkpoint (send it again "
+        "to stop at once)",
+        "[wellfed] stopped by SIGTERM at step 7 of 76, checkpoint saved; rerun `dvc repro` (or "
+        "resubmit the same sbatch job) to resume from step 7"]
+
+
+@pytest.mark.parametrize("shell", ["/usr/bin/dash", "/usr/bin/bash"])
+def test_sigterm_to_dvcs_group_is_one_request_though_dvc_dies_of_it(tmp_path, shell):
+    """The documented SIGTERM, to dvc's process group: dvc dies of it at once and the watchdog
+    sees that while the stage stops; the same request (it used to send a second SIGTERM, and
+    the stage stopped at once, losing its steps)."""
+    if not Path(shell).exists():
+        pytest.skip(f"no {shell} here")
+    dvc, log, stage = start(tmp_path, shell, stage=TRAINING, session=True)
+    os.killpg(dvc.pid, signal.SIGTERM)
+    dvc.wait()
+    assert gone(stage, timeout=60)
+    lines = log.read_text().splitlines()[1:]
+    assert lines == [
+        "request",
+        "[wellfed] SIGTERM: finishing the current step and saving a checkpoint (send it again "
+        "to stop at once)",
+        f"[wellfed] dvc (pid {dvc.pid}) is gone (it exits at once on SIGTERM): the same "
+        "request, the stop goes on",
+        "[wellfed] stopped by SIGTERM at step 7 of 76, checkpoint saved; rerun `dvc repro` (or "
+        "resubmit the same sbatch job) to resume from step 7"], lines
 
 
 def test_after_training_the_stage_finishes_and_knows_it_was_orphaned(tmp_path):

@@ -1,13 +1,19 @@
 """Bytes on disk: files shared by hard links, and what a finished training run leaves behind,
-a file hard-linked into several places counted once (its first place)."""
+a file hard-linked into several places counted once (its first place); and the errno of a failed
+write that a library lost on the way (`writing`, `os_error`)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import re
 import shutil
 import uuid
 from pathlib import Path
+from typing import BinaryIO, Iterator
+
+from wellfed.outputs import WriteFault, shown, write_fault
 
 
 def usage(places: dict[str, Path | None]) -> dict[str, int]:
@@ -74,3 +80,66 @@ def file_sha256(path: Path) -> str:
         while block := f.read(8 << 20):
             digest.update(block)
     return digest.hexdigest()
+
+
+class _Recording:
+    """A binary file that keeps the first OSError its writes raised (the library calling them
+    may replace it with its own error)."""
+
+    def __init__(self, f: BinaryIO):
+        self.f, self.error = f, None
+
+    def write(self, data) -> int:
+        try:
+            return self.f.write(data)
+        except OSError as err:
+            self.error = self.error or err
+            raise
+
+    def __getattr__(self, name: str):
+        return getattr(self.f, name)
+
+
+@contextlib.contextmanager
+def writing(path: Path) -> Iterator[BinaryIO]:
+    """`path` open for writing, for a library that loses a failed write's errno: on a full disk
+    torch.save raises `RuntimeError: [enforce fail at inline_container.cc:672] . unexpected pos
+    704 vs 598` and numpy an OSError without errno. The OSError of the write itself (ENOSPC) is
+    raised instead of theirs, so the caller can say what is wrong with the folder."""
+    with open(path, "wb") as raw:  # buffered: a short write of a full disk raises, never returns
+        f = _Recording(raw)
+        try:
+            yield f
+        except OSError as err:
+            if err.errno is None and f.error is not None:
+                raise f.error from None
+            raise
+        except Exception:
+            if f.error is not None:
+                raise f.error from None
+            raise
+
+
+OS_ERROR = re.compile(r"\(os error (\d+)\)|\[Errno (\d+)\]")
+"""How a library written in Rust (safetensors: `I/O error: No space left on device (os error
+28)`) or one that formats an OSError into its own message quotes the errno."""
+
+
+def os_error(err: BaseException) -> BaseException:
+    """`err` as an OSError with its errno where it carries one (itself, or quoted in its
+    message: safetensors' `SafetensorError`); else `err` as it is."""
+    if isinstance(err, OSError) and err.errno is not None:
+        return err
+    if match := OS_ERROR.search(str(err)):
+        code = int(match.group(1) or match.group(2))
+        return OSError(code, os.strerror(code))
+    return err
+
+
+def write_failure(folder: Path, err: BaseException, then: str) -> BaseException:
+    """What to raise for a write into `folder` that failed with `err`: the folder's one line
+    (outputs.WriteFault: `cannot write data/checkpoints/...: it is full ([Errno 28] No space
+    left on device); free some space ..., then ...`) when it is full or read-only, whatever
+    library raised it; else `err` itself."""
+    fault = write_fault(shown(Path(folder).absolute()), os_error(err), then)
+    return fault if isinstance(fault, WriteFault) else err

@@ -5,11 +5,13 @@ a different number of workers."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -17,7 +19,8 @@ import psutil
 import pytest
 
 from tests.e2e.pipeline import env, make_project, mlflow_runs, run
-from tests.e2e.test_cluster import fresh, loss_steps, set_params
+from tests.e2e.test_cluster import command_line, fresh, loss_steps, set_params
+from wellfed.train.preemption import DUPLICATE_S
 
 STEPS = 2 * 38  # 600 rows / global batch 16 = 38 steps per epoch, 2 epochs
 REPORT_EVERY = 5
@@ -100,6 +103,43 @@ def stopped_line(out: str, signame: str) -> int:
     match = STOPPED.match(lines[0])
     assert match and match[1] == signame and match[2] == match[3], lines[0]
     return int(match[2])
+
+
+# `dvc repro` in a session of its own (so it leads its process group, as under a terminal or the
+# sbatch script), under a parent that reaps it and every process of the run that outlives it (a
+# child subreaper, prctl PR_SET_CHILD_SUBREAPER = 36): dvc dies of SIGTERM at once, and the train
+# stage's own exit status is wanted too. Prints dvc's pid, then writes {pid: exit status} of
+# everything it reaped into argv[1].
+LAUNCHER = """
+import ctypes, json, os, subprocess, sys
+if ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) != 0:
+    sys.exit("prctl(PR_SET_CHILD_SUBREAPER) failed")
+dvc = subprocess.Popen(sys.argv[2:], start_new_session=True)
+print(dvc.pid, flush=True)
+codes = {}
+while True:
+    try:
+        pid, status = os.wait()
+    except ChildProcessError:
+        break
+    codes[pid] = os.waitstatus_to_exitcode(status)
+with open(sys.argv[1], "w") as f:
+    json.dump(codes, f)
+"""
+
+
+def train_stage(root: int) -> psutil.Process:
+    """The python process running stages/train.py under `root` (not dvc's `sh -c` around it,
+    nor a child between its fork and exec: the topmost one)."""
+    found = {}
+    for p in psutil.Process(root).children(recursive=True):
+        try:
+            if p.cmdline()[1:2] == ["stages/train.py"]:
+                found[p.pid] = (p, p.ppid())
+        except psutil.Error:  # gone while being read
+            pass
+    (stage,) = [p for p, parent in found.values() if parent not in found]
+    return stage
 
 
 def checkpointed_step(project: Path) -> int:
@@ -196,16 +236,124 @@ def test_ctrl_c_on_two_workers_then_the_rerun_on_one_worker_finishes_the_same_ru
 
 
 @pytest.mark.e2e
+@pytest.mark.parametrize("workers", [1, 2], ids=["in_process", "ray_train"])
+def test_one_sigterm_to_the_group_finishes_the_step_though_dvc_dies_of_it(base, tmp_path,
+                                                                           workers):
+    """The documented SIGTERM (to `dvc repro`'s process group): dvc dies of it at once, so the
+    stage's watchdog sees dvc gone while the stage finishes its step. That is the same request,
+    not a second signal: the checkpoint is of the step under way (no periodic one comes), the
+    stage exits 143 with the documented line, the MLflow run is KILLED, and the rerun resumes
+    from that step into the same run. (The watchdog used to send a second SIGTERM, read as
+    "stop at once": the steps were lost and the MLflow run left RUNNING.)"""
+    # One row per micro-batch: a step takes long enough for dvc's death to be seen during it.
+    project = fresh(base, tmp_path, ray={"num_workers": workers}, train={"micro_batch_size": 1})
+    codes = tmp_path / "codes.json"
+    proc = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(codes), "dvc", "repro"],
+                            cwd=project, env=env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    dvc = int(proc.stdout.readline())
+    lines, stage, shown = [], None, 0
+    for line in proc.stdout:  # the first progress line: training is under way
+        lines.append(line)
+        if "[wellfed] step " in line:  # on Ray from the Train controller, behind its prefix
+            shown = int(line.split("[wellfed] step ")[1].split("/")[0])
+            stage = train_stage(dvc)
+            os.killpg(dvc, signal.SIGTERM)
+            sent = time.time()
+            break
+    out = "".join(lines) + proc.communicate(timeout=300)[0]  # closes once all of it is gone
+    seconds = time.time() - sent
+    assert stage is not None, out[-3000:]
+    exits = {int(pid): code for pid, code in json.loads(codes.read_text()).items()}
+    assert exits[dvc] == -signal.SIGTERM and exits[stage.pid] == 143, (exits, out[-3000:])
+    step = stopped_line(out, "SIGTERM")
+    gone = [line for line in out.splitlines() if f"[wellfed] dvc (pid {dvc}) is gone" in line]
+    # In process the stop can be over before the watchdog's next look (1 s): then no line.
+    assert len(gone) <= 1 and all("the same request" in g for g in gone), out[-3000:]
+    assert shown <= step < STEPS
+    assert checkpointed_step(project) == step  # the step under way, not a periodic one
+    _, runs = mlflow_runs(project)
+    assert len(runs) == 1 and runs[0].info.status == "KILLED"
+    print(f"\nSIGTERM to the group at step {shown} shown: checkpoint at step {step}, stage exit "
+          f"{exits[stage.pid]} (all of the run gone {seconds:.1f} s after the signal), dvc "
+          f"{exits[dvc]}, MLflow run {runs[0].info.status}; dvc's death "
+          f"{'seen' if gone else 'not seen'} by the watchdog")
+    print("\n".join(line for line in out.splitlines()
+                    if line.startswith(("[wellfed] SIGTERM", "[wellfed] dvc",
+                                        "[wellfed] stopped"))))
+
+    again = run(["dvc", "repro", "train"], project, timeout=600)
+    _, resumed_at = resumed(again.stdout + again.stderr)
+    assert resumed_at == step
+    assert logged_steps(project) == list(range(1, STEPS + 1))  # once each: nothing redone
+    _, after = mlflow_runs(project)
+    assert [r.info.run_id for r in after] == [runs[0].info.run_id]
+    assert after[0].info.status == "FINISHED"
+
+
+@pytest.mark.e2e
+def test_ctrl_c_during_the_last_step_stops_after_it_and_the_rerun_only_exports(base, tmp_path):
+    """A stop asked for in the last step is honoured, not dropped: the final checkpoint is saved
+    and the stage exits 130, so dvc does not go on to evaluate (it used to complete the stage
+    and run evaluate); the rerun trains nothing, exports from that checkpoint and goes on."""
+    # One step, of 64 micro-batches: the model's line (printed as the loop loads it) comes
+    # before it, so a signal sent at that line lands in the last step.
+    project = fresh(base, tmp_path, ray={"num_workers": 1},
+                    train={"max_steps": 1, "global_batch_size": 64, "micro_batch_size": 1})
+    proc = start_repro(project)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("[wellfed] model: ") and " parameters train (" in line:
+            os.killpg(proc.pid, signal.SIGINT)
+            break
+    out = "".join(lines) + proc.communicate(timeout=300)[0]
+    stopped = [line for line in out.splitlines() if line.startswith("[wellfed] stopped")]
+    assert stopped == [
+        "[wellfed] stopped by Ctrl-C (SIGINT) after the last step (1 of 1), checkpoint saved; "
+        "rerun `dvc repro` (or resubmit the same sbatch job) to export the model from it: no "
+        "step is trained again"], out[-3000:]
+    assert proc.returncode != 0 and re.search(r"exited with (130|-2)\b", out), out[-3000:]
+    assert "Running stage 'evaluate'" not in out and not (project / "data" / "model").exists()
+    assert checkpointed_step(project) == 1
+    _, runs = mlflow_runs(project)
+    assert len(runs) == 1 and runs[0].info.status == "KILLED"
+
+    again = run(["dvc", "repro"], project, timeout=600)
+    text = again.stdout + again.stderr
+    assert "[wellfed] resuming from step 1 of 1 " in text and "[wellfed] step " not in text
+    assert "Running stage 'evaluate'" in text
+    assert (project / "data" / "eval" / "metrics.json").is_file()
+    assert logged_steps(project) == [1]
+    _, after = mlflow_runs(project)
+    assert [r.info.run_id for r in after] == [runs[0].info.run_id]
+    assert after[0].info.status == "FINISHED"
+
+
+@pytest.mark.e2e
 def test_a_second_signal_stops_at_once_keeping_the_last_checkpoint(base, tmp_path):
     project = fresh(base, tmp_path)
     proc = start_repro(project)
     wait_for_logged_step(project, proc, 5)
     tree = psutil.Process(proc.pid).children(recursive=True)  # the stage, Ray's daemons, workers
+    workers = [p for p in tree if "RayTrainWorker" in command_line(p)]
+    assert len(workers) == 2, [command_line(p) for p in tree]
     os.killpg(proc.pid, signal.SIGTERM)
-    time.sleep(0.5)  # the first asks for a checkpoint; the second must not wait for it
-    sent = time.time()
-    out = signal_group(proc, signal.SIGTERM)
-    seconds = time.time() - sent
+    # The first asks for a checkpoint. The workers are held in their step (as a big model's
+    # step holds them: the tiny one's stop is over in a second), and the second signal, sent
+    # again after the window in which it would be a copy of the first (train/preemption.py),
+    # must not wait for them.
+    for worker in workers:
+        worker.suspend()
+    try:
+        time.sleep(DUPLICATE_S + 0.5)
+        sent = time.time()
+        out = signal_group(proc, signal.SIGTERM)
+        seconds = time.time() - sent
+    finally:
+        for worker in workers:  # they then see their raylet gone, and go
+            with contextlib.suppress(psutil.Error):
+                worker.resume()
     # Ray goes with the driver, though in process groups of its own: its daemons at once, the
     # workers with the raylet.
     _, alive = psutil.wait_procs(tree, timeout=30)
@@ -221,6 +369,8 @@ def test_a_second_signal_stops_at_once_keeping_the_last_checkpoint(base, tmp_pat
     assert match, lines[0]
     if match[1]:
         assert checkpointed_step(project) == int(match[1])
+    _, runs = mlflow_runs(project)
+    assert len(runs) == 1 and runs[0].info.status == "KILLED"  # not left RUNNING
     assert seconds < 15  # at once: no step finished, no Ray shutdown waited for
 
 

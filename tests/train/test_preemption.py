@@ -39,11 +39,15 @@ def test_the_global_batches_do_not_depend_on_the_worker_count():
 
 @pytest.fixture
 def handlers():
-    """Signals sent to this very process by `send_when_caught`; the handlers restored after."""
+    """Signals sent to this very process by `send_when_caught`; the handlers restored after,
+    and the watchdog's request (wellfed/watchdog.py) taken back."""
+    from wellfed import watchdog
+
     saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
     yield
     for s, handler in saved.items():
         signal.signal(s, handler)
+    watchdog.requests_to(None)
 
 
 def send_when_caught(*signums: int, gap: float = 0.2) -> None:
@@ -60,7 +64,8 @@ def send_when_caught(*signums: int, gap: float = 0.2) -> None:
     threading.Thread(target=send, daemon=True).start()
 
 
-def test_a_signal_asks_the_workers_to_stop_and_names_their_checkpoint(handlers):
+def test_a_signal_asks_the_workers_to_stop_and_names_their_checkpoint(handlers, capsys):
+    from wellfed import watchdog
     from wellfed.train.preemption import Stopped, run_stoppable
 
     requested = threading.Event()
@@ -70,47 +75,158 @@ def test_a_signal_asks_the_workers_to_stop_and_names_their_checkpoint(handlers):
     assert requested.is_set() and stop.value.exit_code == 143
     assert str(stop.value) == ("stopped by SIGTERM at step 7 of 76, checkpoint saved; rerun `dvc "
                                "repro` (or resubmit the same sbatch job) to resume from step 7")
-    # Stopping is under way: a later signal must not kill the stage before it prints that line.
+    # Stopping is under way: a later signal must not kill the stage before it is done, and dvc
+    # going away now (the watchdog) is the same request still.
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+    capsys.readouterr()
+    watchdog._state["request"]("dvc (pid 4821) is gone")
+    assert capsys.readouterr().err == ("[wellfed] dvc (pid 4821) is gone (it exits at once on "
+                                       "SIGTERM): the same request, the stop goes on\n")
+
+
+def test_the_same_signal_again_at_once_is_the_same_request_said_in_one_line(handlers, capsys):
+    """A signal to dvc's process group and a copy forwarded by a script land together: one
+    stop, not "stop at once" (which lost the steps since the last periodic checkpoint)."""
+    from wellfed.train.preemption import Stopped, run_stoppable
+
+    asked = []
+    done = threading.Event()
+    send_when_caught(signal.SIGTERM, signal.SIGTERM, gap=0.05)
+
+    def request():  # the workers return once asked, after the step under way
+        asked.append(1)
+        threading.Timer(1.0, done.set).start()  # both signals are in by then
+
+    with pytest.raises(Stopped) as stop:
+        run_stoppable(lambda: done.wait(30), request, lambda: 7, 76)
+    assert len(asked) == 1 and not stop.value.at_once and stop.value.exit_code == 143
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 3 and err[2] == f"[wellfed] {stop.value}", err  # said before Ray stops
+    assert err[0] == ("[wellfed] SIGTERM: finishing the current step and saving a checkpoint "
+                      "(send it again to stop at once)")
+    assert err[1].startswith("[wellfed] SIGTERM again 0.")
+    assert err[1].endswith(" s after the first: the same request (a signal to the process group "
+                           "and a forwarded copy arrive together); the stop goes on (send it "
+                           "again after 2 s to stop at once)")
+
+
+def test_dvc_gone_while_stopping_is_the_same_request(handlers, capsys):
+    """The watchdog's in-process request (wellfed/watchdog.py), as when dvc dies of the SIGTERM
+    sent to its group: no second signal, one line, the stop goes on."""
+    from wellfed import watchdog
+    from wellfed.train.preemption import Stopped, run_stoppable
+
+    asked = []
+    done = threading.Event()
+    send_when_caught(signal.SIGTERM)
+
+    def request():  # then dvc is seen gone, as the watchdog's thread calls it
+        asked.append(1)
+        threading.Thread(target=gone_then_done).start()
+
+    def gone_then_done():
+        watchdog._state["request"]("dvc (pid 4821) is gone")
+        time.sleep(0.5)  # the main thread looks every 0.2 s
+        done.set()
+
+    with pytest.raises(Stopped) as stop:
+        run_stoppable(lambda: done.wait(30), request, lambda: 9, 76)
+    assert asked == [1] and str(stop.value).startswith("stopped by SIGTERM at step 9 of 76")
+    assert capsys.readouterr().err.splitlines()[1:] == [
+        "[wellfed] dvc (pid 4821) is gone (it exits at once on SIGTERM): the same request, the "
+        "stop goes on", f"[wellfed] {stop.value}"]
+    assert watchdog._state["request"] is None  # dvc was seen gone: there is nothing to watch
+
+
+def test_dvc_gone_alone_stops_as_on_sigterm(handlers, capsys):
+    from wellfed import watchdog
+    from wellfed.train.preemption import Stopped, run_stoppable
+
+    requested = threading.Event()
+
+    def fit():
+        while watchdog._state["request"] is None:
+            time.sleep(0.01)
+        watchdog._state["request"]("dvc (pid 4821) is gone")
+        requested.wait(30)
+
+    with pytest.raises(Stopped) as stop:
+        run_stoppable(fit, requested.set, lambda: 12, 76)
+    assert stop.value.exit_code == 143 and not stop.value.at_once
+    assert capsys.readouterr().err.splitlines() == [
+        "[wellfed] dvc (pid 4821) is gone: stopping this stage as on SIGTERM",
+        "[wellfed] SIGTERM: finishing the current step and saving a checkpoint (send it again "
+        "to stop at once)", f"[wellfed] {stop.value}"]
 
 
 AT_ONCE = """
-import os, signal, threading, time
-from wellfed.train.preemption import run_stoppable
+import os, signal, sys, threading, time
+from wellfed.train import preemption
 
-def send():  # once the handlers are in, two Ctrl-C
-    while signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+preemption.DUPLICATE_S = 0.2  # the test's own: the second signal comes after it
+preemption.KILLED_WAIT_S = 1.0
+first, second, mark = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+
+def send():  # once the handlers are in, the two signals
+    while signal.getsignal(first) in (signal.default_int_handler, signal.SIG_DFL):
         time.sleep(0.01)
-    for _ in range(2):
-        time.sleep(0.2)
-        os.kill(os.getpid(), signal.SIGINT)
+    os.kill(os.getpid(), first)
+    time.sleep(0.5)
+    os.kill(os.getpid(), second)
+
+def killed():  # MLflow's set_terminated, here a file; "hang": a server that does not answer
+    if mark == "hang":
+        time.sleep(60)
+    open(mark, "w").write("KILLED")
 
 threading.Thread(target=send, daemon=True).start()
-run_stoppable(lambda: time.sleep(60), lambda: None, lambda: 20, 76)  # workers that never finish
+preemption.run_stoppable(lambda: time.sleep(60), lambda: None, lambda: 20, 76,  # never returns
+                         killed=killed)
 print("not reached")
 """
 
 
-def test_a_second_signal_ends_the_stage_at_once_naming_the_last_checkpoint():
-    started = time.time()
-    proc = subprocess.run([sys.executable, "-c", AT_ONCE], capture_output=True, text=True,
-                          timeout=60, env=env())
-    assert time.time() - started < 30 and proc.returncode == 130, proc.stderr
+def at_once(first: int, second: int, mark: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", AT_ONCE, str(first), str(second), mark],
+                          capture_output=True, text=True, timeout=60, env=env())
+
+
+def test_a_signal_sent_again_later_ends_the_stage_at_once_marking_the_run_killed(tmp_path):
+    mark = tmp_path / "status"
+    proc = at_once(signal.SIGINT, signal.SIGINT, str(mark))
+    assert proc.returncode == 130, proc.stderr
     assert proc.stderr.splitlines()[-1] == (
         "[wellfed] stopped at once by a second Ctrl-C (SIGINT): the steps after the last "
         "checkpoint (step 20 of 76) are lost; rerun `dvc repro` (or resubmit the same sbatch "
         "job) to resume from step 20")
     assert "not reached" not in proc.stdout
+    assert mark.read_text() == "KILLED"  # the MLflow run is not left RUNNING
 
 
-def test_a_signal_during_the_last_step_lets_the_run_finish(handlers):
-    from wellfed.train.preemption import run_stoppable
+def test_another_signal_is_never_the_same_request_and_a_hung_tracker_is_not_waited_for():
+    """SIGTERM then Ctrl-C, even within the window: a person asked; MLflow that does not answer
+    holds the exit back KILLED_WAIT_S at most (the process ends: the "hang" never returns)."""
+    proc = at_once(signal.SIGTERM, signal.SIGINT, "hang")
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr.splitlines()[-1].startswith(
+        "[wellfed] stopped at once by a second Ctrl-C (SIGINT): the steps after the last "
+        "checkpoint (step 20 of 76) are lost")
+
+
+def test_a_signal_during_the_last_step_still_stops_after_it(handlers):
+    """The stop is honoured: the final checkpoint exists, and the stage stops (128 + signal),
+    so dvc does not go on to evaluate; the rerun exports the model from that checkpoint."""
+    from wellfed.train.preemption import Stopped, run_stoppable
 
     requested = threading.Event()
-    send_when_caught(signal.SIGTERM)
-    result = run_stoppable(lambda: requested.wait(30) and "done", requested.set,
-                           lambda: 76, 76)
-    assert result == "done"  # the final checkpoint exists: the stage goes on to export it
+    send_when_caught(signal.SIGINT)
+    with pytest.raises(Stopped) as stop:
+        run_stoppable(lambda: requested.wait(30) and "done", requested.set, lambda: 76, 76)
+    assert stop.value.exit_code == 130
+    assert str(stop.value) == (
+        "stopped by Ctrl-C (SIGINT) after the last step (76 of 76), checkpoint saved; rerun "
+        "`dvc repro` (or resubmit the same sbatch job) to export the model from it: no step is "
+        "trained again")
 
 
 def test_without_a_signal_the_handlers_are_given_back(handlers):

@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.conftest import random_token_files
 from wellfed.config import DataConfig, ModelConfig, RayConfig, TrainConfig
@@ -22,9 +23,14 @@ from wellfed.train.store import Entry, Store
 
 
 def fake_checkpoint(folder: Path, step: int, size: int = 1000) -> Path:
+    """A checkpoint's files, torch files as the loop writes them (`size` random bytes of weights,
+    twice as many of optimizer state), without a model to load them into."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / checkpoint.MODEL).write_bytes(os.urandom(size))
-    (folder / checkpoint.OPTIM).write_bytes(os.urandom(2 * size))
+    torch.save({"w": torch.frombuffer(bytearray(os.urandom(size)), dtype=torch.uint8)},
+               folder / checkpoint.MODEL)
+    torch.save({"optimizer": {"m": torch.frombuffer(bytearray(os.urandom(2 * size)),
+                                                    dtype=torch.uint8)}},
+               folder / checkpoint.OPTIM)
     (folder / checkpoint.STATE).write_text(json.dumps({"step": step}))
     return folder
 
@@ -71,7 +77,8 @@ def test_a_checkpoint_is_renamed_into_place_with_its_manifest(tmp_path):
     assert sorted(os.listdir(f"{store.dir}/{launch}")) == ["checkpoint_000012", "launch.json"]
     manifest = json.loads(Path(path, checkpoint.MANIFEST).read_text())
     assert sorted(manifest["files"]) == [checkpoint.MODEL, checkpoint.OPTIM, checkpoint.STATE]
-    assert manifest["files"][checkpoint.MODEL]["size"] == 1000 and manifest["step"] == 12
+    assert manifest["files"][checkpoint.MODEL]["size"] == Path(path, checkpoint.MODEL).stat(
+        ).st_size > 1000 and manifest["step"] == 12
     assert store.problem(store.latest()) is None
     assert store.open_launch("ray_train") == "02-ray_train"
     traced = fake_checkpoint(tmp_path / "src" / "16", 16)
@@ -103,19 +110,76 @@ def test_a_write_that_fails_leaves_nothing_and_names_the_folder(tmp_path, monkey
     assert os.listdir(f"{store.dir}/{launch}") == ["launch.json"]  # no half checkpoint
 
 
-def test_a_damaged_newest_checkpoint_is_set_aside_in_one_line(tmp_path):
+def test_a_damaged_newest_checkpoint_is_set_aside_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the project: the line shows the folders inside it as such
     store = Store(str(tmp_path / "ckpt"), "wf-run")
     launch = store.open_launch("in_process")
     oldest, middle, newest = committed(store, launch, tmp_path, 10, 20, 30)
+    size = Path(newest, checkpoint.MODEL).stat().st_size
     with open(Path(newest, checkpoint.MODEL), "r+b") as f:  # a crash or a full disk mid-write
         f.truncate(100)
     shutil.rmtree(oldest)  # deleted by hand: nothing may still expect it
     good, line = store.recover()
     assert good.path == middle and good.step == 20
-    assert line == (f"[wellfed] damaged checkpoint {newest}: model.pt has 100 bytes, its "
-                    f"manifest says 1,000; moved aside, resuming from {middle} (step 20)")
+    assert line == (f"[wellfed] damaged checkpoint ckpt/wf-run/{launch}/checkpoint_000030: "
+                    f"model.pt has 100 bytes, its manifest says {size:,}; moved aside, resuming "
+                    f"from ckpt/wf-run/{launch}/checkpoint_000020 (step 20)")
     assert os.path.isdir(f"{store.dir}/damaged-{launch}-checkpoint_000030")
     assert store.recover() == (good, None)  # said once: the next resume finds it gone
+
+
+class Planted:
+    """A pickle that runs a command when unpickled without weights_only."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def plant(entry: str, name: str, payload: object) -> None:
+    """Replace `entry`'s file `name` with `payload` saved by torch, and its manifest entry with
+    the new file's size and sha256: as someone with write access would, so that the manifest
+    check passes."""
+    from wellfed.disk import file_sha256
+
+    torch.save(payload, Path(entry, name))
+    manifest = json.loads(Path(entry, checkpoint.MANIFEST).read_text())
+    manifest["files"][name] = {"size": Path(entry, name).stat().st_size,
+                               "sha256": file_sha256(Path(entry, name))}
+    Path(entry, checkpoint.MANIFEST).write_text(json.dumps(manifest))
+
+
+def test_a_checkpoint_torch_refuses_to_load_is_damaged_though_its_manifest_matches(tmp_path):
+    """Two real cases: a model.pt planted with its manifest (weights_only refuses its pickle,
+    which never runs), and an optim.pt the loop itself committed that this torch will not load
+    (a numpy scalar in the optimizer state: what a torch or wellfed of another version could
+    pickle). Both are named, moved aside, and the resume goes to the newest good one."""
+    import numpy as np
+
+    marker = tmp_path / "PLANTED_RAN"
+    store = Store(str(tmp_path / "ckpt"), "wf-run")
+    launch = store.open_launch("in_process")
+    first, second, third = committed(store, launch, tmp_path, 10, 20, 30)
+    plant(third, checkpoint.MODEL, {"w": torch.zeros(3), "x": Planted(marker)})
+    assert store.problem(store.entries()[0]) is None
+    good, line = store.recover()
+    assert good.path == second, line
+    assert line == (f"[wellfed] damaged checkpoint {third}: model.pt cannot be loaded (Trying "
+                    "to load unsupported GLOBAL posix.system whose module posix is blocked); "
+                    f"moved aside, resuming from {second} (step 20)")
+    assert not marker.exists()
+
+    src = fake_checkpoint(tmp_path / "src" / "40", 40)
+    torch.save({"optimizer": {"step": np.int64(40)}}, src / checkpoint.OPTIM)
+    store.register(store.commit(src, launch, 40, 0))
+    good, line = store.recover()
+    assert good.path == second and line.startswith(
+        f"[wellfed] damaged checkpoint {store.dir}/{launch}/checkpoint_000040: optim.pt cannot be "
+        "loaded (Unsupported global: GLOBAL numpy.")
+    assert [p.name for p in Path(store.dir).glob("damaged-*")] == [  # 30 went: 40 registered
+        f"damaged-{launch}-checkpoint_000040"]
 
 
 def test_a_checkpoint_whose_report_never_reached_the_driver_is_not_resumed_from(tmp_path):
@@ -258,6 +322,26 @@ def test_a_rerun_in_process_resumes_from_the_checkpoint_before_a_damaged_one(job
     assert "[wellfed] resuming from step 12 of 16 (epoch 0, batch 12)" in out
     assert again_id == run_id and steps_in(again, "02-in_process") == [16]  # 13-16 only
     assert again.last.step == 16 and info["seconds_before"] > 0  # the first launch's time
+
+
+def test_a_rerun_past_a_checkpoint_torch_refuses_resumes_from_the_one_before(job, tmp_path,
+                                                                           capsys):
+    """The newest checkpoint matches its manifest but torch refuses to load it: it used to
+    fail every rerun alike (`UnpicklingError: Check the documentation of torch.load...`)."""
+    trained, run_id, _ = fit(job, tmp_path)
+    found = trained.store.entries()
+    assert [e.step for e in found] == [4, 8, 12, 16]
+    plant(found[-1].path, checkpoint.MODEL, {"x": Planted(tmp_path / "PLANTED_RAN")})
+    capsys.readouterr()
+    again, again_id, _ = fit(job, tmp_path)
+    out = capsys.readouterr().out.splitlines()
+    assert [line for line in out if line.startswith("[wellfed] damaged")] == [
+        f"[wellfed] damaged checkpoint {found[-1].path}: model.pt cannot be loaded (Trying to "
+        "load unsupported GLOBAL posix.system whose module posix is blocked); moved aside, "
+        f"resuming from {found[-2].path} (step 12)"]
+    assert "[wellfed] resuming from step 12 of 16 (epoch 0, batch 12)" in out
+    assert again_id == run_id and steps_in(again, "02-in_process") == [16]
+    assert not (tmp_path / "PLANTED_RAN").exists()
 
 
 def test_a_rerun_with_no_good_checkpoint_starts_from_step_0_and_says_so(job, tmp_path, capsys):

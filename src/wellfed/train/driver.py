@@ -9,6 +9,7 @@ the model's registration, and the run's completion (`complete`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -105,7 +106,8 @@ def run_trainer(worker, ray_cfg: RayConfig, use_gpu: bool, store: Store,
     with mlflow.start_run(run_id=run_id, log_system_metrics=True):
         try:
             preemption.run_stoppable(trainer.fit, flag.request.remote,
-                                     lambda: latest_step(store), planned_steps(job))
+                                     lambda: latest_step(store), planned_steps(job),
+                                     killed=marked_killed(uri, run_id))
         except ray.train.TrainingFailedError as err:
             raise failures.worker_failure(err) from None
         except preemption.Stopped:
@@ -113,6 +115,29 @@ def run_trainer(worker, ray_cfg: RayConfig, use_gpu: bool, store: Store,
             raise
         if line := ray.get(flag.failure.remote()):  # Ray's retry returned at once: no use
             raise failures.TrainingFailed(line)
+
+
+def marked_killed(uri: str, run_id: str):
+    """What marks the MLflow run KILLED on a stop at once (the process then ends: no `with`
+    block around the run gets to end it)."""
+    def mark() -> None:
+        import mlflow
+
+        mlflow.MlflowClient(uri).set_terminated(run_id, "KILLED")
+
+    return mark
+
+
+@contextlib.contextmanager
+def marked_killed_on_stop(uri: str, run_id: str):
+    """A stop on a signal marks the MLflow run KILLED: resumable, not failed (a rerun sets it
+    running again). For a run no fluent `mlflow.start_run` holds (one placed Ray task)."""
+    try:
+        yield
+    except preemption.Stopped:
+        with contextlib.suppress(Exception):  # MLflow down: the stop's own line says more
+            marked_killed(uri, run_id)()
+        raise
 
 
 def run_in_process(job: TrainJob, ray_cfg: RayConfig, use_gpu: bool, run: runs.Run,
@@ -136,7 +161,8 @@ def run_in_process(job: TrainJob, ray_cfg: RayConfig, use_gpu: bool, run: runs.R
                 lambda: local.fit(job, store, launch, callback, resume=resume,
                                   keep=kept_while_running(job.train), use_gpu=use_gpu,
                                   threads=ray_cfg.cpus_per_worker, stop=stop),
-                stop.set, lambda: latest_step(store), planned_steps(job))
+                stop.set, lambda: latest_step(store), planned_steps(job),
+                killed=marked_killed(uri, run_id))
         except preemption.Stopped:
             mlflow.end_run("KILLED")  # resumable, not failed; a rerun sets it running again
             raise
@@ -315,8 +341,9 @@ def complete(trained: Trained, info: dict, run_id: str, uri: str, model: dict,
     exported = registry.local_files(uri, model.get("model_id"))
     try:  # housekeeping: it must not fail a stage whose outputs are all written
         removed = retention.complete(trained.store, trained.chosen, exported)
-        print(f"[wellfed] checkpoints: kept {trained.chosen.path} (step {trained.chosen.step}, "
-              f"without optimizer state), removed {removed} other(s)", flush=True)
+        print(f"[wellfed] checkpoints: kept {trained.store.shown(trained.chosen.path)} (step "
+              f"{trained.chosen.step}, without optimizer state), removed {removed} other(s)",
+              flush=True)
         run_dir = Path(trained.store.dir) if trained.store.renames else None
         print(f"[wellfed] {disk.left_behind(model_dir, exported, run_dir)}", flush=True)
     except OSError as err:

@@ -111,6 +111,7 @@ def fit_placed(job, run, store, resume, ray_cfg, tokens_dir, opened, uri: str, c
     from wellfed.errors import StageError
     from wellfed.cluster import connect
     from wellfed.train import preemption
+    from wellfed.train.driver import marked_killed, marked_killed_on_stop
     from wellfed.train.mlflow_run import derived_tags, marked_failed
     from wellfed.train.preflight import wants_gpu
     from wellfed.train.runs import (
@@ -136,10 +137,11 @@ def fit_placed(job, run, store, resume, ray_cfg, tokens_dir, opened, uri: str, c
         flag = preemption.new_stop_flag()
         args = (job, store, launch, resume, kept_while_running(job.train), use_gpu,
                 ray_cfg.cpus_per_worker, uri, run_id, str(backlog), flag, *tokens)
-        with training(run, store, launch, clock):
+        with training(run, store, launch, clock), marked_killed_on_stop(uri, run_id):
             preemption.run_stoppable(
                 lambda: run_placed(trial, *args, need=need, label=f"run {run.name}"),
-                flag.request.remote, lambda: latest_step(store), planned_steps(job))
+                flag.request.remote, lambda: latest_step(store), planned_steps(job),
+                killed=marked_killed(uri, run_id))
     finally:
         with clock("ray stop"):
             ray.shutdown()

@@ -30,8 +30,18 @@ One local worker trains in the driver's own process (train/local.py): there the 
 no channel, `run_stoppable` sets a threading.Event that the loop checks after every step, and
 the rest is the same.
 
-A second signal stops at once: the driver exits, taking Ray with it, and the work since the last
-registered checkpoint is lost, as before.
+One stop, however it arrives. The documented SIGTERM goes to `dvc repro`'s process group: it
+reaches the stage, and dvc dies of it at once, which the stage's watchdog (wellfed/watchdog.py)
+sees within a second, while the workers finish their step. That death is the same request: the
+watchdog asks in-process (`watchdog.requests_to`), and a stop already under way goes on. A second
+delivery of the same signal within DUPLICATE_S of the first (the group's and one forwarded by a
+wrapper or a batch script) is the same request too, said in one line. Only a signal sent again
+later stops at once: the driver marks the MLflow run KILLED (KILLED_WAIT_S at most) and exits,
+taking Ray with it; the work since the last registered checkpoint is lost.
+
+A stop asked for during the last step comes after it: the final checkpoint is saved and the
+stage still stops (128 + the signal), so dvc does not go on to evaluate; the rerun trains
+nothing and exports the model from that checkpoint.
 
 Local Ray's daemons (GCS, raylet, ...) are children of the driver and would stay in dvc's
 process group, so the SIGTERM meant for the driver would kill them, and with them the workers,
@@ -48,10 +58,21 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import Callable, TypeVar
+
+from wellfed import watchdog
 
 T = TypeVar("T")
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
+DUPLICATE_S = 2.0
+"""The same signal again within this many seconds of the first is the same request: deliveries
+to a process group and from a forwarding script land milliseconds apart; a person's second
+Ctrl-C, or SLURM's own SIGTERM at the time limit (120 s after the batch script's), comes
+later."""
+KILLED_WAIT_S = 3.0
+"""At most this long, on a stop at once, for MLflow to mark the run KILLED (a local store: tens
+of milliseconds; a tracking server that does not answer is not waited for)."""
 _daemon_group: int | None = None  # local Ray's daemons' process group (daemons_apart)
 
 
@@ -73,6 +94,10 @@ class Stopped(Exception):
                   f"{step}")
         if not step:
             line = f"stopped {how} before the first checkpoint: a rerun starts from step 0"
+        elif step >= total and not at_once:
+            line = (f"stopped {how} after the last step ({step} of {total}), checkpoint saved; "
+                    "rerun `dvc repro` (or resubmit the same sbatch job) to export the model "
+                    "from it: no step is trained again")
         elif at_once:
             line = (f"stopped {how}: the steps after the last checkpoint (step {step} of "
                     f"{total}) are lost; {resume}")
@@ -144,18 +169,24 @@ class _AtOnce(BaseException):
 
 
 def run_stoppable(fit: Callable[[], T], request: Callable[[], object],
-                  checkpoint_step: Callable[[], int | None], total: int) -> T:
+                  checkpoint_step: Callable[[], int | None], total: int,
+                  killed: Callable[[], object] | None = None) -> T:
     """Run `fit` (Ray Train's blocking `trainer.fit`, or the in-process loop: train/local.py)
-    with SIGTERM/SIGINT caught and return its result. A signal calls `request()`, which asks the
-    workers to stop (the StopFlag actor's `request.remote`, or an Event's `set`). After a
-    signal, raise `Stopped` once the workers have checkpointed and returned
-    (unless that was the final step). After a second one, print the `Stopped` line and end the
-    process right away, without Ray's orderly shutdown: `fit` is still inside `ray.get` in its
-    thread, and tearing Ray down under it ended the stage silently in two of the tests' runs.
-    Local Ray's daemons go with it (their agents would linger a minute on their own), the
-    workers with the raylet; on a cluster, Ray ends a job's actors when its driver goes."""
+    with SIGTERM/SIGINT caught and return its result. A signal, or dvc's death seen by the
+    watchdog, calls `request()` once, which asks the workers to stop (the StopFlag actor's
+    `request.remote`, or an Event's `set`); the same signal again within DUPLICATE_S, and dvc's
+    death at any time, are that same request. After it, say the `Stopped` line and raise it
+    once the workers have checkpointed and returned (also when that was the final step: the
+    stop still holds).
+    After another signal, print the `Stopped` line, call `killed()` (mark the MLflow run
+    KILLED; KILLED_WAIT_S at most) and end the process right away, without Ray's orderly
+    shutdown: `fit` is still inside `ray.get` in its thread, and tearing Ray down under it ended
+    the stage silently in two of the tests' runs. Local Ray's daemons go with it (their agents
+    would linger a minute on their own), the workers with the raylet; on a cluster, Ray ends a
+    job's actors when its driver goes."""
     box: dict = {}
-    received: list[int] = []
+    first: list = []  # [signum, time.monotonic()] of the request, once made
+    gone: list[str] = []  # the watchdog's `dvc (pid …) is gone`, set from its thread
 
     def target() -> None:
         try:
@@ -163,44 +194,92 @@ def run_stoppable(fit: Callable[[], T], request: Callable[[], object],
         except BaseException as err:  # handed to the main thread, raised there
             box["error"] = err
 
-    def on_signal(signum, frame) -> None:
-        if received:
-            raise _AtOnce(signum)
-        received.append(signum)
+    def stop(signum: int, why: str | None = None) -> None:
+        if first:  # a signal's handler ran in between (the main thread, between two lines)
+            return
+        first.extend((signum, time.monotonic()))  # first: a signal landing below is a repeat
+        if why:
+            print(f"[wellfed] {why}: stopping this stage as on SIGTERM", file=sys.stderr,
+                  flush=True)
         request()
         print(f"[wellfed] {said(signum)}: finishing the current step and saving a "
               "checkpoint (send it again to stop at once)", file=sys.stderr, flush=True)
+
+    def on_signal(signum, frame) -> None:
+        if not first:
+            stop(signum)
+            return
+        ago = time.monotonic() - first[1]
+        if signum != first[0] or ago >= DUPLICATE_S:
+            raise _AtOnce(signum)
+        print(f"[wellfed] {said(signum)} again {ago:.1f} s after the first: the same request "
+              "(a signal to the process group and a forwarded copy arrive together); the stop "
+              f"goes on (send it again after {DUPLICATE_S:.0f} s to stop at once)",
+              file=sys.stderr, flush=True)
+
+    def same(why: str) -> None:
+        print(f"[wellfed] {why} (it exits at once on {said(first[0])}): the same request, the "
+              "stop goes on", file=sys.stderr, flush=True)
+
+    def dvc_gone() -> None:  # in the main thread, as the signals are
+        if first:
+            same(gone[0])
+        else:
+            stop(signal.SIGTERM, gone[0])
 
     # Not the main thread: Ray Train then skips its own SIGINT handler (which aborts the
     # workers without a checkpoint) and the main thread stays free to run ours.
     thread = threading.Thread(target=target, name="wellfed-fit", daemon=True)
     previous = {s: signal.signal(s, on_signal) for s in SIGNALS}
+    watchdog.requests_to(gone.append)
     try:
         thread.start()
+        seen = False
         while thread.is_alive():
             thread.join(0.2)
+            if gone and not seen:
+                seen = True
+                dvc_gone()
     except _AtOnce as again:
-        stop = Stopped(again.signum, checkpoint_step(), total, at_once=True)
-        print(f"[wellfed] {stop}", file=sys.stderr, flush=True)
-        sys.stdout.flush()
-        if _daemon_group:
-            with contextlib.suppress(OSError):
-                os.killpg(_daemon_group, signal.SIGKILL)
-        os._exit(stop.exit_code)
+        for s in SIGNALS:  # the stop at once is under way: nothing interrupts it now
+            signal.signal(s, signal.SIG_IGN)
+        stop_now(Stopped(again.signum, checkpoint_step(), total, at_once=True), killed)
     finally:
+        # Once stopping, what is left (the line, Ray's shutdown) is the stop itself: dvc going
+        # away is still the same request, and a later signal must not kill the stage before it
+        # says where it stopped. None: a handler installed outside Python (Ray's own).
+        watchdog.requests_to(same if first and not seen else None)
         for s, handler in previous.items():
-            # Once stopping, what is left (Ray's shutdown, the line) is the stop itself: a later
-            # signal must not kill the stage before it says where it stopped. None: a handler
-            # installed outside Python (Ray's own).
-            signal.signal(s, signal.SIG_IGN if received else
+            signal.signal(s, signal.SIG_IGN if first else
                           handler if handler is not None else signal.SIG_DFL)
     if "error" in box:
         raise box["error"]
-    if received:
-        step = checkpoint_step()
-        if step is None or step < total:
-            raise Stopped(received[0], step, total)
+    if first:
+        # Said here, before Ray's shutdown: it gives SIGTERM its default action back (seen with
+        # strace), so a signal then would end the stage before the stage could say it.
+        stop = Stopped(first[0], checkpoint_step(), total)
+        print(f"[wellfed] {stop}", file=sys.stderr, flush=True)
+        raise stop
     return box["value"]
+
+
+def stop_now(stop: Stopped, killed: Callable[[], object] | None) -> None:
+    """End the process at once with `stop`'s line and exit code, the MLflow run marked KILLED
+    by `killed()` first (in a thread: KILLED_WAIT_S at most), local Ray's daemons killed."""
+    print(f"[wellfed] {stop}", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    if killed is not None:
+        def mark() -> None:
+            with contextlib.suppress(Exception):  # MLflow down: the line above is what counts
+                killed()
+
+        marker = threading.Thread(target=mark, name="wellfed-killed", daemon=True)
+        marker.start()
+        marker.join(KILLED_WAIT_S)
+    if _daemon_group:
+        with contextlib.suppress(OSError):
+            os.killpg(_daemon_group, signal.SIGKILL)
+    os._exit(stop.exit_code)
 
 
 # Runs beside local Ray's daemons, in their process group, whose id is the driver's pid: once

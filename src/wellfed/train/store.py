@@ -19,8 +19,10 @@ the store keeps while training and once the run completes: train/retention.py.
 A checkpoint counts once its report has reached the driver, which logged its steps to MLflow
 and then marks it `registered` (`register`): a resume from one whose report was lost (the
 driver killed meanwhile) would leave those steps out of the MLflow run forever. A resume checks
-the newest registered checkpoint against its manifest (`recover`), moves a damaged one aside
-and says so in one line, and resumes from the newest good one.
+the newest registered checkpoint against its manifest and, on a local store, that torch loads
+its pickles (`recover`: a file planted with its manifest, or one from a torch that pickles what
+this one refuses, matches its manifest), moves a damaged one aside and says so in one line,
+and resumes from the newest good one.
 
 Why a folder per launch: Ray Train reloads the records of a run folder it has seen before and
 fails when a checkpoint they list is gone (pruned, moved aside, deleted by hand). A fit of its
@@ -47,7 +49,7 @@ import pyarrow.fs as pafs
 
 from wellfed.data import staging
 from wellfed.disk import file_sha256, usage
-from wellfed.outputs import write_fault
+from wellfed.outputs import shown, write_fault
 from wellfed.train import checkpoint
 from wellfed.train.state import TrainState
 
@@ -87,6 +89,11 @@ class Store:
         # Local folders (NFS included) rename; object stores (s3://, gs://) do not.
         self.renames = isinstance(self.fs, pafs.LocalFileSystem)
 
+    def shown(self, path: str) -> str:
+        """`path` as the console shows it: relative to the project (the working directory)
+        where it is inside it (`data/checkpoints/wf-…/01-in_process/checkpoint_000040`)."""
+        return shown(Path(path)) if self.renames else path
+
     def children(self, path: str) -> list[pafs.FileInfo]:
         return sorted((i for i in self.fs.get_file_info(pafs.FileSelector(
             path, allow_not_found=True)) if i.type == pafs.FileType.Directory),
@@ -105,7 +112,7 @@ class Store:
             self.write_json(f"{self.dir}/{name}/{LAUNCH_FILE}",
                              {"engine": engine, "started": time.time()})
         except OSError as err:
-            raise write_fault(self.dir, err, "then rerun `dvc repro`") from None
+            raise write_fault(self.shown(self.dir), err, "then rerun `dvc repro`") from None
         return name
 
     def close_launch(self, launch: str, seconds: float) -> None:
@@ -151,8 +158,7 @@ class Store:
         try:
             self.write_json(f"{path}/{checkpoint.REGISTERED}", {"at": time.time()})
         except OSError as err:
-            raise write_fault(self.dir, err, "then rerun `dvc repro` to resume from the last "
-                              "checkpoint") from None
+            raise write_fault(self.shown(self.dir), err, checkpoint.RESUME) from None
         self._drop_damaged(path)
 
     def _drop_damaged(self, good: str) -> None:
@@ -185,8 +191,7 @@ class Store:
         try:
             path.mkdir(parents=True)
         except OSError as err:
-            raise write_fault(self.dir, err, "then rerun `dvc repro` to resume from the last "
-                              "checkpoint") from None
+            raise write_fault(self.shown(self.dir), err, checkpoint.RESUME) from None
         try:
             yield path
         finally:
@@ -224,8 +229,7 @@ class Store:
         except OSError as err:
             with contextlib.suppress(OSError):
                 self.fs.delete_dir(into)
-            raise write_fault(self.dir, err, "then rerun `dvc repro` to resume from the last "
-                              "checkpoint") from None
+            raise write_fault(self.shown(self.dir), err, checkpoint.RESUME) from None
         return final
 
     def _copy(self, source: Path, dest: str) -> dict:
@@ -258,7 +262,8 @@ class Store:
                     digest.update(block)
             if digest.hexdigest() != want["sha256"]:
                 return f"{name}'s sha256 differs from its manifest's"
-        return None
+        # What the resume will do with it (an object store's worker finds out when it loads).
+        return checkpoint.unloadable(Path(entry.path)) if self.renames else None
 
     def recover(self) -> tuple[Entry | None, str | None]:
         """Before a resume: the newest registered checkpoint that matches its manifest, and a line
@@ -290,9 +295,10 @@ class Store:
             return None
         entry, problem = damaged[0]
         more = f" (and {len(damaged) - 1} older one(s))" if len(damaged) > 1 else ""
-        then = (f"resuming from {good.path} (step {good.step})" if good else
+        then = (f"resuming from {self.shown(good.path)} (step {good.step})" if good else
                 "no good checkpoint is left: starting from step 0")
-        return f"[wellfed] damaged checkpoint {entry.path}: {problem}{more}; moved aside, {then}"
+        return (f"[wellfed] damaged checkpoint {self.shown(entry.path)}: {problem}{more}; moved "
+                f"aside, {then}")
 
     def _set_aside(self, entry: Entry) -> None:
         if self.renames:
