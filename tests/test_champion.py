@@ -64,7 +64,7 @@ def consistent(client) -> dict[str, str]:
         text = version.tags[registry.REASON]
         assert text.startswith(f"@{ALIAS}: " if str(version.version) == held
                                else f"not @{ALIAS}: "), (version.version, held, text)
-        assert version.description == champion.describe(text)
+        assert version.description == champion.describe(text, ALIAS)
         reasons[str(version.version)] = text
     return reasons
 
@@ -85,6 +85,9 @@ def test_the_alias_moves_only_to_a_better_version_of_the_same_split(store):
     tags = client.get_model_version(NAME, "3").tags
     assert tags[registry.REASON] == ("@champion: eval/macro_f1 0.9000 on the test split beats "
                                      "version 1's 0.8000 on the same split")
+    assert client.get_model_version(NAME, "3").description == (
+        "Champion (@champion): eval/macro_f1 0.9000 on the test split beats version 1's 0.8000 "
+        "on the same split")
     assert tags[registry.PREVIOUS] == "1" and float(tags[registry.VALUE]) == 0.9
     assert tags[registry.SPLIT] == SPLIT and tags[registry.METRIC] == METRIC
     # The versions it passed say so too: their words follow the holder, not the past.

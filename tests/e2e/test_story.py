@@ -55,7 +55,8 @@ def test_the_champion_is_the_best_version_by_the_headline_on_the_same_split(stor
     assert str(client.get_model_version_by_alias(NAME, "champion").version) == "2"
     assert len({v.tags[registry.SPLIT] for v in versions}) == 1  # one test split, one fingerprint
     rival = 1 if value[0] >= value[2] else 3  # the best of the others
-    assert versions[1].description == champion.describe(versions[1].tags[registry.REASON])
+    assert versions[1].description == champion.describe(versions[1].tags[registry.REASON],
+                                                        "champion")
     assert versions[1].tags[registry.REASON] == (
         f"@champion: eval/macro_f1 {value[1]:.4f} on the test split beats version {rival}'s "
         f"{value[rival - 1]:.4f} on the same split")

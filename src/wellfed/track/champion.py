@@ -205,16 +205,19 @@ def plan(standing: Standing, alias: str) -> Plan:
                          for v, r in standing.scored.items()})
 
 
-def describe(reason: str) -> str:
-    """A version's description: its reason, the standing in code type (MLflow's Markdown
-    would make `@champion` a link to a GitHub user)."""
-    head, _, rest = reason.partition(": ")
-    return f"`{head}`: {rest}"
+def describe(reason: str, alias: str) -> str:
+    """A version's description: its reason, headed `Champion (@champion): ` or `Not champion
+    (@champion): ` (the versions list shows descriptions as written, and MLflow's Markdown makes
+    an `@name` after a space a link to github.com/name; after a parenthesis it stays text)."""
+    if reason.startswith(f"@{alias}: "):
+        return f"{alias[:1].upper()}{alias[1:]} (@{alias}): {reason.removeprefix(f'@{alias}: ')}"
+    return f"Not {alias} (@{alias}): {reason.removeprefix(f'not @{alias}: ')}"
 
 
 def ours(description: str, alias: str) -> bool:
     """Whether a version's description is wellfed's to rewrite (empty, or one it wrote)."""
-    return not description or description.startswith((f"`@{alias}`: ", f"`not @{alias}`: "))
+    return not description or any(description.startswith(describe(head, alias))
+                                  for head in (f"@{alias}: ", f"not @{alias}: "))
 
 
 def settle(client, name: str, alias: str) -> tuple[Standing, Standing]:
@@ -228,8 +231,8 @@ def settle(client, name: str, alias: str) -> tuple[Standing, Standing]:
         first = first or now
         wanted = plan(now, alias)
         words = {v: text for v, text in wanted.reasons.items() if now.reasons.get(v) != text}
-        notes = {v: describe(text) for v, text in wanted.reasons.items()
-                 if now.descriptions.get(v, "") != describe(text)
+        notes = {v: describe(text, alias) for v, text in wanted.reasons.items()
+                 if now.descriptions.get(v, "") != describe(text, alias)
                  and ours(now.descriptions.get(v, ""), alias)}
         if wanted.holder == now.holder and not words and not notes:
             return first, now
