@@ -204,6 +204,39 @@ def test_killed_between_the_words_of_two_versions_any_later_evaluation_repairs_t
     assert set(consistent(client)) == {"1", "2", "3"} and holder(client) == "2"
 
 
+@pytest.mark.parametrize("refusal", [
+    ("database is locked", "TEMPORARILY_UNAVAILABLE"),
+    ("(sqlite3.IntegrityError) UNIQUE constraint failed: model_version_tags.key", "BAD_REQUEST")])
+def test_a_write_refused_for_a_colliding_writer_is_tried_again_from_a_fresh_read(
+        store, monkeypatch, refusal):
+    """Two writers at once on sqlite: one is refused at once (TEMPORARILY_UNAVAILABLE), or both
+    inserted the same new tag (a UNIQUE constraint): the refused evaluation reads again and
+    finishes. Any other refusal is not retried."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos import databricks_pb2
+
+    uri, client, version = store
+    v1, v2, v3 = version(), version(), version()
+    promote(uri, v1, 0.80)
+    real, refused = mlflow.MlflowClient.set_model_version_tag, []
+    message, code = refusal
+
+    def refused_once(self, name, number, key, value):
+        if key == registry.REASON and not refused:
+            refused.append(key)
+            raise MlflowException(message, error_code=getattr(databricks_pb2, code))
+        real(self, name, number, key, value)
+
+    monkeypatch.setattr(mlflow.MlflowClient, "set_model_version_tag", refused_once)
+    assert promote(uri, v2, 0.90).moved and refused == [registry.REASON]
+    assert holder(client) == "2" and set(consistent(client)) == {"1", "2"}
+    refused.clear()
+    monkeypatch.setattr(mlflow.MlflowClient, "set_model_version_tag", lambda *_: (
+        _ for _ in ()).throw(MlflowException("no", error_code=databricks_pb2.BAD_REQUEST)))
+    with pytest.raises(MlflowException, match="no"):
+        promote(uri, v3, 0.95)
+
+
 # Two evaluations at once, in two fresh processes (a sweep's trials finishing together).
 
 def race_child(uri: str, folder: str, role: str, versions: str, values: str) -> None:
@@ -274,7 +307,9 @@ def race(uri: str, folder: Path, *entrants: tuple[str, list[str], list[float]]) 
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
-    assert [p.returncode for p in procs] == [0] * len(procs), [err[-3000:] for err in errors]
+    assert [p.returncode for p in procs] == [0] * len(procs), [
+        [line for line in err.splitlines() if "Error" in line or "Exception" in line][-3:]
+        for err in errors]
     return lines
 
 

@@ -41,6 +41,15 @@ from wellfed.track.registry import (EXCLUDE, METRIC, PREVIOUS, REASON, SPLIT, SP
 ROUNDS = 10
 """Reads before `settle` gives up: two suffice after any interleaving of finished writers;
 more means something keeps rewriting the tags."""
+TRIES = 8
+"""Attempts at a step the store refused because another writer collided with it, 0.05 s apart
+and doubling (6.4 s in all). Two evaluations released together on a loaded 2-core machine were
+refused, on sqlite, as TEMPORARILY_UNAVAILABLE (two transactions that each read before writing:
+one is refused at once, whatever the busy timeout) and as a UNIQUE constraint on a version tag
+(MLflow sets a tag by reading, then inserting: both inserted the same new tag)."""
+COLLISIONS = ("UNIQUE constraint failed", "duplicate key value", "IntegrityError")
+"""What sqlite and PostgreSQL say (also through a tracking server) when two writers inserted
+the same row."""
 
 
 @dataclass(frozen=True)
@@ -220,22 +229,22 @@ def ours(description: str, alias: str) -> bool:
                                   for head in (f"@{alias}: ", f"not @{alias}: "))
 
 
-def settle(client, name: str, alias: str) -> tuple[Standing, Standing]:
+def settle(client, name: str, alias: str, seen: list[Standing] | None = None) -> Standing:
     """Bring the alias and every scored version's reason and description in line with `plan`
-    until a fresh read asks for no write (module docstring); return (the first read, the
-    settled one). The alias moves first, then the words: a kill between them leaves words the
-    next evaluation rewrites."""
-    first = None
+    until a fresh read asks for no write (module docstring); return the settled state, and
+    append the first read to `seen` when it is empty. The alias moves first, then the words: a
+    kill between them leaves words the next evaluation rewrites."""
     for _ in range(ROUNDS):
         now = read(client, name, alias)
-        first = first or now
+        if seen is not None and not seen:
+            seen.append(now)
         wanted = plan(now, alias)
         words = {v: text for v, text in wanted.reasons.items() if now.reasons.get(v) != text}
         notes = {v: describe(text, alias) for v, text in wanted.reasons.items()
                  if now.descriptions.get(v, "") != describe(text, alias)
                  and ours(now.descriptions.get(v, ""), alias)}
         if wanted.holder == now.holder and not words and not notes:
-            return first, now
+            return now
         if wanted.holder is not None and wanted.holder != now.holder:
             client.set_model_version_tag(name, wanted.holder, PREVIOUS, now.holder or "none")
             client.set_registered_model_alias(name, alias, wanted.holder)
@@ -245,6 +254,24 @@ def settle(client, name: str, alias: str) -> tuple[Standing, Standing]:
             client.update_model_version(name, version, description=text)
     raise RuntimeError(f"models:/{name}@{alias} did not settle in {ROUNDS} rounds: something "
                        "keeps rewriting its versions' wellfed.* tags; evaluate again once it stops")
+
+
+def patiently(step):
+    """`step()`, again while the store refuses it for a colliding writer (TRIES): a refused
+    write changed nothing, and `settle` starts from a fresh read, so trying again is safe."""
+    import time
+
+    from mlflow.exceptions import MlflowException
+
+    for attempt in range(TRIES):
+        try:
+            return step()
+        except MlflowException as err:
+            collided = (err.error_code == "TEMPORARILY_UNAVAILABLE"
+                        or any(words in str(err) for words in COLLISIONS))
+            if not collided or attempt == TRIES - 1:
+                raise
+            time.sleep(0.05 * 2 ** attempt)
 
 
 def promote(uri: str, name: str, version: str | int, alias: str, metric: str, value: float,
@@ -257,8 +284,9 @@ def promote(uri: str, name: str, version: str | int, alias: str, metric: str, va
     version = str(version)
     for key, text in ((METRIC, metric), (VALUE, repr(float(value))), (SPLIT, split),
                       (SPLIT_NAME, split_name)):
-        client.set_model_version_tag(name, version, key, text)
-    first, settled = settle(client, name, alias)
+        patiently(lambda: client.set_model_version_tag(name, version, key, text))
+    first: list[Standing] = []  # where the alias was when this evaluation first looked
+    settled = patiently(lambda: settle(client, name, alias, first))
     words = settled.reasons[version]
-    return Verdict(name, version, alias, settled.holder, first.holder,
+    return Verdict(name, version, alias, settled.holder, first[0].holder,
                    words.removeprefix(f"@{alias}: ").removeprefix(f"not @{alias}: "))
