@@ -58,8 +58,8 @@ def main(tokens_dir, model_dir, run_json, validation_outputs, eval_dir, *, budge
     write_json(out / "metrics.json", figures)  # the DVC metrics: MLflow's names and values
     with clock("mlflow logging + champion"):
         if "ece_uncalibrated" in metrics:  # the exported head is calibrated (train.calibrate)
-            tracking.set_tags(run["tracking_uri"], run["mlflow_run_id"], {"calibration.eval_ece":
-                              f"{metrics['ece_uncalibrated']:.4f} -> {metrics['ece']:.4f}"})
+            eval_tracking.calibration(run["tracking_uri"], run["mlflow_run_id"],
+                                      metrics["ece_uncalibrated"], metrics["ece"])
         tracking.log_artifacts(run["tracking_uri"], run["mlflow_run_id"], out, "eval")
         verdict, page = eval_tracking.record(
             run, metrics, figures, task, names, split,

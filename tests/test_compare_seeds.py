@@ -272,3 +272,45 @@ def test_folders_as_groups_and_single_runs_keep_the_paired_test(tmp_path, capsys
     assert exit_.value.code == 2
     assert ("give two runs (A B), two groups (A1 A2 ... --vs B1 B2 ...) or one sweep "
             "(sweep:<id>); got 3 runs") in capsys.readouterr().err
+
+
+def test_groups_whose_runs_differ_in_more_than_the_seed_are_refused_unless_asked(tmp_path,
+                                                                                 capsys):
+    """`a b c --vs main variant`: main and variant differ in train.lr and train.max_steps, so
+    their spread is not seed noise; the comparison says so and stops, or, with
+    --mixed-recipes, runs and says it in the table, the verdict and the run's tag. Params that
+    make no other recipe (mlflow.*, ray.num_workers) and the seed itself do not count."""
+    import mlflow
+
+    gold, pred_a, pred_b = ranked([0.80, 0.81, 0.79], [0.74, 0.92], rows=300)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = mlflow.MlflowClient(uri)
+    exp = client.create_experiment("seeds", artifact_location=str(tmp_path / "artifacts"))
+    recipes = [{"train.lr": "0.0001", "train.max_steps": "0", "train.seed": str(seed),
+                "ray.num_workers": str(seed), "mlflow.sweep": f"s{seed}"} for seed in (1, 2, 3)]
+    recipes += [{"train.lr": "0.0001", "train.max_steps": "0", "train.seed": "1"},  # main
+                {"train.lr": "0.0003", "train.max_steps": "30", "train.seed": "1"}]  # variant
+    ids = []
+    for i, (params, pred) in enumerate(zip(recipes, [*pred_a, *pred_b])):
+        run_id = client.create_run(exp).info.run_id
+        client.log_batch(run_id, params=[mlflow.entities.Param(k, v) for k, v in params.items()])
+        client.log_artifacts(run_id, str(write_eval(tmp_path / f"r{i}", gold, pred)), "eval")
+        client.set_terminated(run_id)
+        ids.append(run_id)
+    args = [*ids[:3], "--vs", *ids[3:], "--tracking-uri", uri]
+    assert main(args) == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "error: B's 2 runs are not seeds of one recipe: they differ in train.lr (0.0001, "
+        "0.0003), train.max_steps (0, 30), not only in train.seed: their spread would be "
+        "counted as seed noise; compare each recipe's seeds as a group (A1 A2 --vs B1 B2), or "
+        "pass --mixed-recipes to compare them anyway")
+    assert not [r for r in client.search_runs([exp]) if r.data.tags.get("wellfed.compare")]
+
+    assert main([*args, "--mixed-recipes"]) == 0
+    out = capsys.readouterr().out
+    assert ("WARNING: B's 2 runs are not seeds of one recipe: they differ in train.lr (0.0001, "
+            "0.0003), train.max_steps (0, 30), not only in train.seed: the seeds-only figures "
+            "count recipe differences as seed noise") in out
+    assert "verdict: B - A accuracy +3.0 pt over 3 vs 2 runs of mixed recipes" in out
+    logged = [r for r in client.search_runs([exp]) if r.data.tags.get("wellfed.compare")]
+    assert [r.data.tags["wellfed.compare"] for r in logged] == ["mixed recipes"]

@@ -53,4 +53,4 @@ def test_git_dirty_is_false_after_the_stages_rewrite_outputs_and_true_for_code(t
     (tmp_path / "src/wellfed/model.py").write_text("x = 2\n")
     tags = git_tags(tmp_path)
     assert tags["git.dirty"] == "true" and tags["git.changed"] == "src/wellfed/model.py"
-    assert len(tags["git.commit"]) == 40
+    assert len(tags["mlflow.source.git.commit"]) == 40 and "git.commit" not in tags

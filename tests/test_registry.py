@@ -1,5 +1,6 @@
-"""The champion alias by merit, on a real sqlite MLflow store (no training: versions are made
-directly, each from its own run)."""
+"""The registry around the champion (tests/test_champion.py has the alias itself), on a real
+sqlite MLflow store: a rerun of an interrupted run leaves one version, the logged model and the
+version name each other, and the alias holder's run is tagged."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ import json
 import mlflow
 import pytest
 
-from wellfed.track import registry
+from wellfed.track import champion, registry
 
 NAME, ALIAS, METRIC = "demo-classifier", "champion", "eval/macro_f1"
-SPLIT, OTHER = "a" * 64, "b" * 64
+SPLIT = "a" * 64
 
 
 @pytest.fixture()
@@ -26,52 +27,6 @@ def store(tmp_path):
         return client.create_model_version(NAME, f"{tmp_path}/model", run_id=run_id).version
 
     return uri, client, version
-
-
-def test_the_alias_moves_only_to_a_better_version_of_the_same_split(store):
-    uri, client, version = store
-    v1, v2, v3 = version(), version(), version()
-    first = registry.promote(uri, NAME, v1, ALIAS, METRIC, 0.80, SPLIT, "test")
-    assert first.moved and first.line() == (
-        "models:/demo-classifier@champion -> version 1: eval/macro_f1 0.8000 on the test split; "
-        "no version held the alias")
-    worse = registry.promote(uri, NAME, v2, ALIAS, METRIC, 0.70, SPLIT, "test")
-    assert not worse.moved and worse.holder == "1"
-    assert "stays version 1: version 2 scored eval/macro_f1 0.7000" in worse.line()
-    assert "not above version 1's 0.8000 on the same split" in worse.line()
-    better = registry.promote(uri, NAME, v3, ALIAS, METRIC, 0.90, SPLIT, "test")
-    assert better.moved and str(client.get_model_version_by_alias(NAME, ALIAS).version) == "3"
-    tags = client.get_model_version(NAME, "3").tags
-    assert tags[registry.REASON] == ("@champion: eval/macro_f1 0.9000 on the test split beats "
-                                     "version 1's 0.8000 on the same split")
-    assert tags[registry.PREVIOUS] == "1" and float(tags[registry.VALUE]) == 0.9
-    assert tags[registry.SPLIT] == SPLIT and tags[registry.METRIC] == METRIC
-    assert client.get_model_version(NAME, "2").tags[registry.REASON].startswith("not @champion: ")
-
-
-def test_an_equal_score_or_another_split_or_nan_leaves_the_alias(store):
-    uri, client, version = store
-    v0, v1, v2, v3, v4 = version(), version(), version(), version(), version()
-    nan = registry.promote(uri, NAME, v0, ALIAS, METRIC, float("nan"), SPLIT, "test")
-    assert nan.line() == ("models:/demo-classifier@champion is not set: version 1 scored "
-                          "eval/macro_f1 nan: not a finite figure, never ranked")
-    registry.promote(uri, NAME, v1, ALIAS, METRIC, 0.80, SPLIT, "test")
-    assert not registry.promote(uri, NAME, v2, ALIAS, METRIC, 0.80, SPLIT, "test").moved
-    other = registry.promote(uri, NAME, v3, ALIAS, METRIC, 0.99, OTHER, "validation")
-    assert not other.moved and "cannot be ranked" in other.reason
-    assert "another split (test, fingerprint aaaaaaaaaaaa)" in other.reason
-    assert not registry.promote(uri, NAME, v4, ALIAS, METRIC, float("nan"), SPLIT, "test").moved
-    assert str(client.get_model_version_by_alias(NAME, ALIAS).version) == "2"
-    again = registry.promote(uri, NAME, v1, ALIAS, METRIC, 0.80, SPLIT, "test")  # re-evaluated
-    assert not again.moved and again.holder == "2"
-
-
-def test_a_hand_set_alias_without_a_record_is_never_taken_silently(store):
-    uri, client, version = store
-    v1, v2 = version(), version()
-    client.set_registered_model_alias(NAME, ALIAS, v1)
-    verdict = registry.promote(uri, NAME, v2, ALIAS, METRIC, 0.95, SPLIT, "test")
-    assert not verdict.moved and "no recorded evaluation" in verdict.reason
 
 
 def test_the_logged_model_names_its_registered_version(store):
@@ -101,7 +56,7 @@ def test_the_run_note_says_where_the_version_stands():
                                                tags={}),
                           inputs=SimpleNamespace(dataset_inputs=[]))
     model = {"registered_model": NAME, "model_version": "3"}
-    stays = registry.Verdict(NAME, "3", ALIAS, "2", False, "scored eval/macro_f1 0.7000 ...")
+    stays = champion.Verdict(NAME, "3", ALIAS, "2", "2", "scored eval/macro_f1 0.7000 ...")
     note = run_note.compose(run, "single_label", ["a", "b"], model=model, verdict=stays)
     assert note.splitlines()[0] == ("### val/macro_f1 0.9000 (last validation; the test split "
                                     "is scored by the evaluate stage)")
@@ -117,10 +72,45 @@ def test_the_alias_holders_run_is_tagged_and_the_tag_follows_the_alias(store):
     v1, v2 = version(), version()
     run_of = {v: client.get_model_version(NAME, v).run_id for v in (v1, v2)}
     assert registry.mark_aliases(uri) == {}
-    registry.promote(uri, NAME, v1, ALIAS, METRIC, 0.80, SPLIT, "test")
+    champion.promote(uri, NAME, v1, ALIAS, METRIC, 0.80, SPLIT, "test")
     assert registry.mark_aliases(uri) == {run_of[v1]: "@champion"}
     client.set_registered_model_alias(NAME, ALIAS, v2)  # by hand
     client.set_registered_model_alias(NAME, "staging", v2)
     assert registry.mark_aliases(uri) == {run_of[v2]: "@champion @staging"}
     assert registry.ALIAS_TAG not in client.get_run(run_of[v1]).data.tags
     assert client.get_run(run_of[v2]).data.tags[registry.ALIAS_TAG] == "@champion @staging"
+
+
+def test_a_rerun_after_a_kill_just_after_registering_leaves_one_version_per_run(
+        tmp_path, tiny_model_dir):
+    """The train stage killed right after registering (an attempt that logged and registered),
+    and once more between logging and registering (a logged model without a version): the rerun
+    of the same MLflow run registers once and removes both; another run's version, an evaluated
+    one and the alias stay."""
+    from tests.test_serving import save_model
+    from wellfed.track import tracking
+
+    model_dir = save_model(tiny_model_dir, tmp_path / "model", ["neg", "pos"],
+                           "single_label_classification")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = mlflow.MlflowClient(uri)
+    other = tracking.start_run(uri, "demo", "other")
+    kept = registry.register(uri, other, model_dir, NAME)["model_version"]
+    champion.promote(uri, NAME, kept, ALIAS, METRIC, 0.7, SPLIT, "test")
+    run_id = tracking.start_run(uri, "demo", "interrupted")
+    killed = registry.register(uri, run_id, model_dir, NAME)  # ... and the process dies here
+    experiment = client.get_run(run_id).info.experiment_id
+    half = client.create_logged_model(experiment, source_run_id=run_id, name=NAME)  # and here
+    assert [str(v.version) for v in client.search_model_versions(
+        f"name = '{NAME}' and run_id = '{run_id}'")] == [killed["model_version"]]
+
+    rerun = registry.register(uri, run_id, model_dir, NAME)
+    versions = client.search_model_versions(f"name = '{NAME}' and run_id = '{run_id}'")
+    assert [str(v.version) for v in versions] == [rerun["model_version"]] == ["3"]
+    models = client.search_logged_models([experiment], f"source_run_id = '{run_id}'")
+    assert [m.model_id for m in models] == [rerun["model_id"]]
+    assert killed["model_id"] != rerun["model_id"] != half.model_id
+    assert str(client.get_model_version_by_alias(NAME, ALIAS).version) == kept == "1"
+    again = registry.register(uri, other, model_dir, NAME)  # an evaluated version is never removed
+    assert {str(v.version) for v in client.search_model_versions(
+        f"name = '{NAME}' and run_id = '{other}'")} == {kept, again["model_version"]}

@@ -74,7 +74,8 @@ def test_mlflow_run_has_params_losses_validation_and_eval(project):
     assert params["train.lr"] == "0.002" and run_.data.tags["derived.world_size"] == "2"
     assert not [k for k in params if k.startswith("derived.")]  # tags: not the user's knobs
     assert params["prepare.text_column"] == "sentence"  # every params.yaml value
-    assert run_.data.tags["git.commit"] != "unknown"
+    assert len(run_.data.tags["mlflow.source.git.commit"]) == 40
+    assert run_.data.tags["versions"].startswith("python ")
     loss = [m.value for m in client.get_metric_history(run_.info.run_id, "train/loss")]
     steps = [m.step for m in client.get_metric_history(run_.info.run_id, "train/loss")]
     assert steps == list(range(1, 115))  # one value per step, in order

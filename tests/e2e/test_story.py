@@ -14,7 +14,7 @@ import subprocess
 import pytest
 
 from tests.e2e.pipeline import PROJECT, env, make_project, mlflow_runs, run
-from wellfed.track import registry
+from wellfed.track import champion, registry
 
 pytestmark = pytest.mark.e2e
 
@@ -54,12 +54,17 @@ def test_the_champion_is_the_best_version_by_the_headline_on_the_same_split(stor
     assert value[1] > value[0] and value[2] <= value[1], value  # the long run is the best
     assert str(client.get_model_version_by_alias(NAME, "champion").version) == "2"
     assert len({v.tags[registry.SPLIT] for v in versions}) == 1  # one test split, one fingerprint
-    assert versions[0].tags[registry.REASON].endswith("no version held the alias")
+    rival = 1 if value[0] >= value[2] else 3  # the best of the others
+    assert versions[1].description == champion.describe(versions[1].tags[registry.REASON],
+                                                        "champion")
     assert versions[1].tags[registry.REASON] == (
-        f"@champion: eval/macro_f1 {value[1]:.4f} on the test split beats version 1's "
-        f"{value[0]:.4f} on the same split")
+        f"@champion: eval/macro_f1 {value[1]:.4f} on the test split beats version {rival}'s "
+        f"{value[rival - 1]:.4f} on the same split")
     assert versions[1].tags[registry.PREVIOUS] == "1"
-    assert versions[2].tags[registry.REASON].startswith("not @champion: scored eval/macro_f1")
+    for other in (0, 2):  # their words follow the holder: version 2
+        assert versions[other].tags[registry.REASON] == (
+            f"not @champion: scored eval/macro_f1 {value[other]:.4f} on the test split, not "
+            f"above version 2's {value[1]:.4f} on the same split")
     assert f"[wellfed] models:/{NAME}@champion -> version 1: " in consoles[0]
     assert f"[wellfed] models:/{NAME}@champion -> version 2: " in consoles[1]
     assert f"[wellfed] models:/{NAME}@champion stays version 2: version 3 scored" in consoles[2]

@@ -36,6 +36,7 @@ from wellfed import cli, privacy
 from wellfed.compare import prediction_sources, seed_significance, significance, sweep_summary
 from wellfed.names import key as safe_key
 from wellfed.track import tracking
+from wellfed.track.runs_view import COMPARISON
 
 log = logging.getLogger("wellfed.compare")
 
@@ -61,6 +62,9 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
                         help=f"bootstrap resamples (default {significance.RESAMPLES})")
     parser.add_argument("--seed", type=int, default=significance.SEED,
                         help=f"bootstrap seed (default {significance.SEED})")
+    parser.add_argument("--mixed-recipes", action="store_true",
+                        help="compare groups whose runs differ in more than train.seed (refused "
+                        "otherwise: their spread would be counted as seed noise)")
     parser.add_argument("--no-log", action="store_true",
                         help="do not log to MLflow (B's run, the groups' own run, or the sweep's "
                         "parent run)")
@@ -109,7 +113,20 @@ def grouped(args: argparse.Namespace, uri: str, a: tuple, b: tuple) -> dict:
     (specs_a, runs_a), (specs_b, runs_b) = a, b
     log.info("A: %d runs (%s), B: %d runs (%s)", len(runs_a), " ".join(specs_a), len(runs_b),
              " ".join(specs_b))
-    result = seed_significance.compare_groups(runs_a, runs_b, args.resamples, args.seed)
+    recipes = {side: sweep_summary.recipes_in(uri, runs)
+               for side, runs in (("A", runs_a), ("B", runs_b))}
+    mixed = [sweep_summary.mixed_line(side, len(runs), recipes[side]["differ"])
+             for side, runs in (("A", runs_a), ("B", runs_b)) if recipes[side]["differ"]]
+    if mixed and not args.mixed_recipes:
+        raise ValueError(f"{'; '.join(mixed)}: their spread would be counted as seed noise; "
+                         "compare each recipe's seeds as a group (A1 A2 --vs B1 B2), or pass "
+                         "--mixed-recipes to compare them anyway")
+    for side in recipes:
+        if recipes[side]["unchecked"]:
+            log.warning("%s: %s not an MLflow run, so not checked to be a seed of the same "
+                        "recipe as the others", side, ", ".join(recipes[side]["unchecked"]))
+    result = seed_significance.compare_groups(runs_a, runs_b, args.resamples, args.seed,
+                                              mixed=mixed)
     result["a"]["specs"], result["b"]["specs"] = specs_a, specs_b
     shown = seed_significance.table(result)
     print(shown)
@@ -137,7 +154,8 @@ def record(uri: str, result: dict, text: str, shown: str, a_run_of_b: str) -> st
 
     client = mlflow.MlflowClient(uri)
     experiment = client.get_run(a_run_of_b).info.experiment_id
-    tags = {"wellfed.compare": "seeds", "mlflow.note.content": f"```\n{shown}\n```"}
+    tags = {COMPARISON: "mixed recipes" if result["mixed"] else "seeds",
+            "mlflow.note.content": f"```\n{shown}\n```"}
     for side in ("a", "b"):
         tags[f"wellfed.compare.{side}"] = " ".join(result[side]["specs"])[:1000]
         tags[f"wellfed.compare.{side}_runs"] = ",".join(

@@ -103,10 +103,12 @@ def bootstrap(gold: np.ndarray, pred_a: np.ndarray, pred_b: np.ndarray, classes:
 
 
 def compare_groups(a: list[Scored], b: list[Scored], resamples: int = RESAMPLES,
-                   seed: int = SEED) -> dict:
+                   seed: int = SEED, mixed: list[str] | None = None) -> dict:
     """Everything the group comparison reports, JSON-ready: each run's figures, the groups'
     means, B - A with its two-way 95% interval, the row-only and seed-only intervals and the
-    seed share of the variance, and a one-line verdict. Each group needs at least 2 runs."""
+    seed share of the variance, and a one-line verdict. Each group needs at least 2 runs.
+    `mixed`: lines saying a group's runs differ in more than their seed (compared anyway):
+    its spread is then not seed noise alone, and the table and verdict say so."""
     if min(len(a), len(b)) < 2:
         raise ValueError(f"A has {len(a)} run{'s' * (len(a) != 1)} and B {len(b)}: a "
                          f"comparison over seeds needs at least 2 runs on each side (one run's "
@@ -126,7 +128,7 @@ def compare_groups(a: list[Scored], b: list[Scored], resamples: int = RESAMPLES,
     diffs = bootstrap(gold, predicted[:len(a)], predicted[len(a):], k, resamples, seed)
     result = {"task": "single_label", "split": next(
                   (r.report["split"] for _, r in named if r.report.get("split")), None),
-              "rows": int(len(gold)), "classes": k,
+              "rows": int(len(gold)), "classes": k, "mixed": list(mixed or []),
               "bootstrap": {"resamples": resamples, "seed": seed, "level": 0.95,
                             "kind": "two-way: seeds within each group, rows shared by all runs"}}
     for side, runs, columns in (("a", a, slice(0, len(a))), ("b", b, slice(len(a), None))):
@@ -178,6 +180,11 @@ def verdict(result: dict, runs_a: int, runs_b: int) -> str:
         noise = f"{rows} dominates {seeds}" + (
             ": a larger test split would narrow it more than seeds" if call == "within noise"
             else "")
+    if result.get("mixed"):  # another recipe's runs are not seeds: "seed" figures mix both
+        noise = noise.replace("seed-to-seed spread", "run-to-run spread (recipes mixed)")
+        return (f"B - A accuracy {100 * accuracy['diff']:+.1f} pt over {runs_a} vs {runs_b} runs "
+                f"of mixed recipes, 95% CI [{100 * low:+.1f}, {100 * high:+.1f}]: {call}; "
+                f"{noise}")
     return (f"B - A accuracy {100 * accuracy['diff']:+.1f} pt over {runs_a} vs {runs_b} seeds, "
             f"95% CI [{100 * low:+.1f}, {100 * high:+.1f}]: {call}; {noise}")
 
@@ -207,6 +214,8 @@ def table(result: dict) -> str:
         lines += ["", f"accuracy variance: seeds {100 * share:.0f}%, rows {100 - 100 * share:.0f}%"
                       f" (sd over seeds: A {100 * result['accuracy']['a_sd']:.2f} pt, "
                       f"B {100 * result['accuracy']['b_sd']:.2f} pt)"]
+    lines += [f"WARNING: {line}: the seeds-only figures count recipe differences as seed noise"
+              for line in result.get("mixed", [])]
     lines += ["", f"verdict: {result['verdict']}"]
     return "\n".join(lines)
 

@@ -26,6 +26,9 @@ from wellfed.track import registry, run_note, sweeps, tracking, ui_links
 
 SEEDS = ("train.seed",)
 """Params that make another seed of a recipe, not another recipe."""
+NOT_RECIPE = ("mlflow.", "predict.", "ray.", "data.loader_workers", "data.prefetch")
+"""Params (prefixes) that make neither: where a run is logged, how `predict` runs, where and on
+how many workers it trains (the global batch is the same), how fast its loader feeds it."""
 TASKS = ("single_label", "multi_label", "regression")
 PREFIX = "sweep/"
 
@@ -53,10 +56,31 @@ def runs_of(client, uri: str, sweep: str):
 
 
 def recipe_keys(trials) -> list[str]:
-    """The params whose values differ between trials, seeds left out, sorted."""
+    """The params whose values differ between trials (MLflow runs), seeds and NOT_RECIPE left
+    out, sorted."""
     keys = set().union(*(r.data.params for r in trials))
-    return sorted(k for k in keys if k not in SEEDS
+    return sorted(k for k in keys if k not in SEEDS and not k.startswith(NOT_RECIPE)
                   and len({r.data.params.get(k) for r in trials}) > 1)
+
+
+def recipes_in(uri: str, runs) -> dict:
+    """Whether `runs` (prediction_sources.Scored, one side of a comparison over seeds) are
+    seeds of one recipe: {"differ": {param: its distinct values}, "unchecked": the runs whose
+    params are unknown (not MLflow runs: a folder, a git revision)}."""
+    import mlflow
+
+    client = mlflow.MlflowClient(uri)
+    known = [client.get_run(run.run_id) for run in runs if run.run_id]
+    differ = {k: sorted({r.data.params.get(k, "(not logged)") for r in known})
+              for k in recipe_keys(known)}
+    return {"differ": differ, "unchecked": [run.ref for run in runs if not run.run_id]}
+
+
+def mixed_line(side: str, runs: int, differ: dict) -> str:
+    """"A's 2 runs are not seeds of one recipe: train.lr (0.001, 0.003), train.max_steps ..."."""
+    shown = ", ".join(f"{k} ({', '.join(values)})" for k, values in differ.items())
+    return (f"{side}'s {runs} runs are not seeds of one recipe: they differ in {shown}, not only "
+            f"in {', '.join(SEEDS)}")
 
 
 def summarise(uri: str, sweep: str, resamples: int = RESAMPLES, seed: int = SEED,

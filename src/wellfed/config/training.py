@@ -138,7 +138,8 @@ class TrainConfig:
     measure better) and folded into the exported model's head, so evaluate, predict, the served
     model and `pipeline()` all give calibrated scores; `wellfed.json` records it. temperature =
     always; auto = when it lowers validation ECE, changes no prediction (temperature scaling
-    cannot change a row's arg-max) and did not stop at its bound (degenerate validation data),
+    cannot change a row's arg-max) and did not run to its bound (the line says what the model
+    did: barely trained, or every validation row already right),
     said in one line with the ECE before and after; none = no fit (no validation pass). Neither
     fits on a validation split of one class (wellfed/data/coverage.py). Regression: not
     applicable."""

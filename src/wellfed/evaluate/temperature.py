@@ -41,8 +41,14 @@ from wellfed import device as dev
 from wellfed import tasks
 
 BOUNDS = (0.05, 20.0)
-"""Temperatures are kept in this range: a fit at its edge means degenerate validation data
-(every row right with a wide margin drives T to 0; labels unrelated to the text, to infinity)."""
+"""Temperatures are kept in this range: a fit at its edge is no calibration. T runs to 0 when
+sharper scores lower the validation loss without end: every row is right, or (a barely trained
+model) the logits are nearly flat while the arg-max is mostly right; to infinity when flatter
+scores always help: the scores say nothing of the labels (untrained, or labels unrelated to the
+texts). `decide` says which, from the fit's own figures."""
+TAG = "calibration"
+"""Run tag, one line: the temperature, whether it is in the exported model, the validation ECE
+before -> after (the evaluate stage adds the test split's: eval_tracking.calibration)."""
 MIN_POSITIVES = 10
 """Multi-label: a label with fewer validation positives than this takes the shared temperature
 (with none, its own fit would drive every score of the label to 0)."""
@@ -64,6 +70,13 @@ class Fit:
     threshold: float = 0.5
     """Multi-label: the threshold on the calibrated scores that makes the uncalibrated
     threshold's decisions (the same one at 0.5)."""
+    right: float = float("nan")
+    """The share of validation rows whose arg-max is their label (multi-label: of row x label
+    decisions at the threshold), before calibration."""
+    spread: float = float("nan")
+    """The median over validation rows of the largest minus the smallest logit (multi-label:
+    of |logit|): how far from flat the uncalibrated scores are."""
+    classes: int = 0
 
 
 @dataclass(frozen=True)
@@ -72,8 +85,8 @@ class Calibrated:
 
     record: dict
     tags: dict
-    """calibration.* run tags, not metrics: a run keeps ~30 metric keys (eval/ece is the
-    served scores' figure), and these are read, not plotted."""
+    """The run tag TAG (empty for regression or `none`): read, not plotted, so not metrics (a
+    run keeps ~30 metric keys; eval/ece is the served scores' figure)."""
     line: str
     threshold: float = 0.5
     """Multi-label: the decision threshold of the exported scores (Fit.threshold when applied)."""
@@ -125,9 +138,14 @@ def fit(task: str, logits: np.ndarray, gold: np.ndarray, threshold: float = 0.5)
 
     shared = nll_fit(task, logits, gold, 1)
     before = probabilities(task, logits)
+    logits, classes = np.asarray(logits, np.float64), logits.shape[1]
     if task == "single_label":
         changed = int((before.argmax(1) != probabilities(task, logits, shared).argmax(1)).sum())
-        return Fit(shared, ece(1.0), ece(shared), changed)
+        return Fit(shared, ece(1.0), ece(shared), changed,
+                   right=float((before.argmax(1) == np.asarray(gold)).mean()),
+                   spread=float(np.median(logits.max(1) - logits.min(1))), classes=classes)
+    facts = {"right": float(((before >= threshold) == (np.asarray(gold) > 0.5)).mean()),
+             "spread": float(np.median(np.abs(logits))), "classes": classes}
 
     def crossed(temperatures, at: float) -> int:
         return int(((before >= threshold) != (probabilities(task, logits, temperatures) >= at))
@@ -139,7 +157,7 @@ def fit(task: str, logits: np.ndarray, gold: np.ndarray, threshold: float = 0.5)
     if not crossed(own, threshold) and ece(own) < ece(shared):  # in practice: t = 0.5
         temperatures, after_threshold = own, threshold
     return Fit(temperatures, ece(1.0), ece(temperatures), crossed(temperatures, after_threshold),
-               after_threshold)
+               after_threshold, **facts)
 
 
 def decide(mode: str, fitted: Fit) -> tuple[bool, str]:
@@ -147,14 +165,33 @@ def decide(mode: str, fitted: Fit) -> tuple[bool, str]:
     if mode == "temperature":
         return True, "train.calibrate: temperature"
     if len(fitted.temperatures) == 1 and float(fitted.temperatures[0]) in BOUNDS:
-        return False, (f"the fit stopped at its bound {float(fitted.temperatures[0]):g}: "
-                       "degenerate validation data (train.calibrate: auto)")
+        return False, f"{at_bound(fitted)} (train.calibrate: auto)"
     if fitted.changed:
         return False, (f"it would change {fitted.changed} prediction(s) (train.calibrate: auto "
                        "applies it only when none changes)")
     if fitted.ece_after < fitted.ece_before:
         return True, "train.calibrate: auto, it lowers validation ECE and changes no prediction"
     return False, "train.calibrate: auto applies it only when it lowers validation ECE"
+
+
+def at_bound(fitted: Fit) -> str:
+    """What a fit that ran to one of BOUNDS says about the model, from its own figures."""
+    t = float(fitted.temperatures[0])
+    head = f"the fit ran to its bound T = {t:g}"
+    right = "" if np.isnan(fitted.right) else f"{fitted.right:.0%}"
+    if t == BOUNDS[0] and fitted.right == 1.0:
+        return (f"{head}: every validation row is already right, so sharper scores lower the "
+                "loss without end; nothing there to calibrate against")
+    if t == BOUNDS[0]:
+        return (f"{head}: the model's scores are nearly flat (median logit spread "
+                f"{fitted.spread:.3g}) while its arg-max is right on {right or 'some'} of the "
+                "validation rows: a barely trained model whose scores are not probabilities "
+                "yet; train it longer")
+    chance = f", {1 / fitted.classes:.0%} by chance" if fitted.classes > 1 and right else ""
+    return (f"{head}: flatter scores always fit the validation labels better, so the model's "
+            f"scores say next to nothing about them (arg-max right on {right or 'few'} of the "
+            f"rows{chance}): a model that has not learned the task (yet); train it longer, "
+            "and if it did train, check that the labels belong to the texts")
 
 
 def logit_layer(model) -> torch.nn.Linear | None:
@@ -239,10 +276,10 @@ def calibrate_model(model_dir: Path, data, pad_id: int, task: str, mode: str,
     present = coverage.counts(task, data.labels, label_names(model_dir))
     if (gap := coverage.gap("validation", task, present)) and gap.one_class:
         asked = "WARNING: " if mode == "temperature" else ""
-        return Calibrated({**off, "reason": f"validation {gap.problem}"}, {
-            "calibration.applied": "false"}, f"{asked}calibration: not applied (validation "
-            f"{gap.problem}: a temperature fitted there says nothing of the other classes)",
-            threshold)
+        why = f"validation {gap.problem}: a temperature fitted there says nothing of the others"
+        return Calibrated({**off, "reason": f"validation {gap.problem}"},
+                          {TAG: f"not applied: {why}"},
+                          f"{asked}calibration: not applied ({why})", threshold)
     if logits is None:
         model = load_exported(model_dir)
         logits = predict_exported(model, data, pad_id, task, "calibration: validation",
@@ -263,9 +300,8 @@ def calibrate_model(model_dir: Path, data, pad_id: int, task: str, mode: str,
               "temperatures": [float(t) for t in fitted.temperatures],
               "fitted_on": f"validation, {len(data)} rows", **figures,
               "changed_predictions": fitted.changed, "reason": why}
-    tags = {"calibration.val_ece": f"{fitted.ece_before:.4f} -> {fitted.ece_after:.4f}",
-            "calibration.temperature": f"{float(np.median(fitted.temperatures)):.4g}",
-            "calibration.applied": str(bool(apply)).lower()}
+    tags = {TAG: f"{_shown(fitted.temperatures)} {'applied' if apply else 'not applied'}; "
+                 f"ECE on validation {fitted.ece_before:.4f} -> {fitted.ece_after:.4f}"}
     moves = task == "multi_label" and fitted.threshold != threshold
     if moves and apply:
         record["threshold_before"] = threshold

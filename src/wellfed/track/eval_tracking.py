@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from wellfed.track import registry, run_note, runs_view, tracking, ui_links
+from wellfed.track import champion, registry, run_note, runs_view, tracking, ui_links
 
 
 def table_file(task: str) -> str:
@@ -59,7 +59,7 @@ def split_fingerprint(meta: dict, tokens_dir: Path, split: str) -> str:
 def record(run: dict, report: dict, figures: dict[str, float], task: str, labels: list[str],
            split: str, fingerprint: str, alias: str):
     """Log the evaluation into the train stage's run (`run`: data/train/run.json) and rank its
-    registered version; return (the registry.Verdict or None, the run page's address)."""
+    registered version; return (the champion.Verdict or None, the run page's address)."""
     import mlflow
 
     uri, run_id = run["tracking_uri"], run["mlflow_run_id"]
@@ -71,14 +71,14 @@ def record(run: dict, report: dict, figures: dict[str, float], task: str, labels
     verdict = None
     if alias and run.get("model_version"):
         metric = registry.headline(task)
-        verdict = registry.promote(uri, run["registered_model"], run["model_version"], alias,
+        verdict = champion.promote(uri, run["registered_model"], run["model_version"], alias,
                                    metric, figures[metric], fingerprint, split)
         registry.mark_aliases(uri)  # the runs table's alias column
     run_note.write(uri, run_id, task, labels, model=run, verdict=verdict,
                    evaluation={"split": split, "rows": report["rows"], "figures": figures,
                                "table": table_file(task)})
     experiment = mlflow.MlflowClient(uri).get_run(run_id).info.experiment_id
-    runs_view.save(uri, experiment, runs_view.ranked_first(list(figures)))  # once per experiment
+    runs_view.save(uri, experiment, runs_view.headline(list(figures)))  # once per experiment
     return verdict, ui_links.run(uri, experiment, run_id)
 
 
@@ -105,3 +105,15 @@ def pipeline_time(run: dict, budget) -> str | None:
 
 
 TIME_TAG = "wellfed.time"
+
+
+def calibration(uri: str, run_id: str, before: float, after: float) -> None:
+    """Add the test split's ECE before -> after the exported model's calibration to the run's
+    one calibration tag (temperature.TAG, which the train stage set); a rerun replaces it."""
+    import mlflow
+
+    from wellfed.evaluate.temperature import TAG
+
+    known = mlflow.MlflowClient(uri).get_run(run_id).data.tags.get(TAG, "")
+    line = known.split(", on test ")[0] + f", on test {before:.4f} -> {after:.4f}"
+    tracking.set_tags(uri, run_id, {TAG: line})

@@ -27,8 +27,9 @@ def scrub(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def git_tags(root: Path) -> dict[str, str]:
-    """The commit, whether the code that ran is that commit's (`git.dirty`, and `git.changed`:
-    the files that differ), MLflow's source keys, and the DVC experiment's name."""
+    """Whether the code that ran is its commit's (`git.dirty`, and `git.changed`: the files
+    that differ), MLflow's source keys (the commit is `mlflow.source.git.commit`, which the run
+    page shows beside the source: no second tag repeats it) and the DVC experiment's name."""
     def git(*args):
         try:
             return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
@@ -39,7 +40,7 @@ def git_tags(root: Path) -> dict[str, str]:
     commit = git("rev-parse", "HEAD")
     changed = code_changes(git("diff", "--name-only", "--relative", "-z", "HEAD").split("\0"),
                            pipeline_outputs(root))
-    tags = {"git.commit": commit or "unknown", "git.dirty": str(bool(changed)).lower(),
+    tags = {"git.dirty": str(bool(changed)).lower() if commit else "unknown",
             # MLflow's own keys: the UI's Source and Created by columns read them.
             "mlflow.source.type": "LOCAL", "mlflow.source.name": "stages/train.py (dvc repro)",
             "mlflow.user": getpass.getuser()}
@@ -91,13 +92,19 @@ def code_changes(paths: list[str], outputs: list[str]) -> list[str]:
     return [p for p in paths if p and p not in RUN_RECORDS and not output(p)]
 
 
+VERSIONS = "versions"
+"""Run tag: Python's and the main libraries' versions, one readable line (one tag, not eight:
+the run page shows every tag as a chip above the run's description)."""
+
+
 def library_versions() -> dict[str, str]:
+    """{VERSIONS: "python 3.11.7, torch 2.13.0+cpu, transformers ..."} for the run's tags."""
     from importlib.metadata import PackageNotFoundError, version
 
-    out = {"python": sys.version.split()[0]}
+    found = [f"python {sys.version.split()[0]}"]
     for name in ("torch", "transformers", "tokenizers", "pyarrow", "ray", "mlflow", "dvc"):
         try:
-            out[f"version.{name}"] = version(name)
+            found.append(f"{name} {version(name)}")
         except PackageNotFoundError:
             pass
-    return out
+    return {VERSIONS: ", ".join(found)}

@@ -2,19 +2,16 @@
 mlflow.champion_alias) points at the best of them, so `models:/<name>@champion` serves the best
 model rather than the latest experiment.
 
-The evaluate stage ranks: a version scored on the test split (validation when there is none) is
-compared with the alias holder by the task's headline figure (`headline`), and only when both
-scored the same split (the tokenize stage's fingerprint of its row ids, texts and labels) can
-one beat the other. The alias moves only to a strictly better version. Every evaluated version
-keeps what it scored and why it is or is not the champion in its tags, and the registered
-version and the logged model name each other (the UI shows the link both ways).
+The train stage registers (`register`): a rerun of an interrupted run first removes what the
+interrupted attempt registered (a version no evaluation scored, a logged model no version
+names), so a run has one version. The evaluate stage ranks (track/champion.py): the version's
+figures, the alias and every version's reason are one consistent step. The registered version
+and the logged model name each other (the UI shows the link both ways).
 """
 
 from __future__ import annotations
 
 import json
-import math
-from dataclasses import dataclass
 
 
 def headline(task: str) -> str:
@@ -24,35 +21,17 @@ def headline(task: str) -> str:
 
     return "eval/" + HEADLINE[task].split("/", 1)[1]
 
-# Version tags: what the version scored, on which split, and the alias decision in words.
+# Version tags: what the version scored, on which split, and the alias decision in words
+# (track/champion.py writes them; `register` reads them to tell a scored version from an
+# interrupted attempt).
 METRIC, VALUE, SPLIT = "wellfed.eval.metric", "wellfed.eval.value", "wellfed.eval.split"
 SPLIT_NAME = "wellfed.eval.split_name"
 REASON, PREVIOUS = "wellfed.champion.reason", "wellfed.champion.previous"
+EXCLUDE = "wellfed.champion.exclude"
+"""A version tag (any value) set by hand: never ranked for the alias (a model found faulty)."""
 MODEL_VERSIONS = "mlflow.modelVersions"
 """The logged-model tag MLflow's UI reads for "Model versions" (a JSON list of name/version);
 MLflow sets it when it registers through its REST server, not through a local sqlite store."""
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """One version's evaluation against the alias holder."""
-
-    name: str
-    version: str
-    alias: str
-    holder: str | None
-    """The alias holder after the decision (the version itself when it moved)."""
-    moved: bool
-    reason: str
-
-    def line(self) -> str:
-        """The console line: where the alias points now, and why."""
-        uri = f"models:/{self.name}@{self.alias}"
-        if self.moved:
-            return f"{uri} -> version {self.version}: {self.reason}"
-        if self.holder is None:
-            return f"{uri} is not set: version {self.version} {self.reason}"
-        return f"{uri} stays version {self.holder}: version {self.version} {self.reason}"
 
 
 def link(uri: str, model_id: str, name: str, version: str | int) -> None:
@@ -69,79 +48,67 @@ def link(uri: str, model_id: str, name: str, version: str | int) -> None:
 def register(uri: str, run_id: str, model_dir, name: str) -> dict:
     """Log `model_dir` as the run's model, register it as the next version of `name` and link
     the two; return the record evaluate ranks it by (data/train/run.json): model_id,
-    registered_model, model_version."""
+    registered_model, model_version. What an interrupted attempt of the same run registered
+    goes first (`unfinished`), so that a rerun leaves one version per run."""
     from wellfed.use import serving
 
+    for line in remove_unfinished(uri, run_id, name):
+        print(f"[wellfed] {line}", flush=True)
     info, version = serving.log_model(uri, run_id, model_dir, name)
     link(uri, info.model_id, version.name, version.version)
     return {"model_id": info.model_id, "registered_model": version.name,
             "model_version": str(version.version)}
 
 
-def holder(client, name: str, alias: str):
-    """The version the alias points at, or None."""
+def model_id_of(version) -> str | None:
+    """The logged model a version was registered from (a sqlite store leaves `model_id` empty;
+    its source is then models:/<model id>)."""
+    return getattr(version, "model_id", None) or (
+        version.source.removeprefix("models:/") if version.source.startswith("models:/m-")
+        else None)
+
+
+def unfinished(client, run_id: str, name: str) -> tuple[list, list]:
+    """(versions, logged models) that an interrupted attempt of run `run_id` left: its versions
+    of `name` that no evaluation scored and no alias points at (the train stage registers last,
+    so a version of an unfinished run was never evaluated), and its logged models that no
+    remaining version names (killed between logging and registering)."""
     from mlflow.exceptions import MlflowException
 
     try:
-        return client.get_model_version_by_alias(name, alias)
-    except MlflowException:  # no such alias (or model): nothing to beat
-        return None
+        aliases = set(map(str, client.get_registered_model(name).aliases.values()))
+    except MlflowException:  # the model's first version is yet to come: nothing to remove
+        aliases = set()
+        versions = []
+    else:
+        versions = client.search_model_versions(f"name = {quoted(name)} and run_id = '{run_id}'")
+    stale = [v for v in versions if str(v.version) not in aliases and METRIC not in v.tags]
+    gone = {str(v.version) for v in stale}
+    kept = {model_id_of(v) for v in versions if str(v.version) not in gone}
+    experiment = client.get_run(run_id).info.experiment_id
+    models = [m for m in client.search_logged_models([experiment],
+                                                     f"source_run_id = '{run_id}'")
+              if m.model_id not in kept]
+    return stale, models
 
 
-def number(version) -> str:
-    """A version number as text (stores differ: sqlite gives int, REST str)."""
-    return str(version.version)
-
-
-def judge(version: str, metric: str, value: float, split: str, split_name: str,
-          current) -> tuple[bool, str]:
-    """(moves, why): whether `version` scoring `value` on `split` takes the alias from
-    `current` (a ModelVersion or None), in words that name the metric, both values and the
-    previous holder."""
-    figure = f"{metric} {value:.4f} on the {split_name} split"
-    if not math.isfinite(value):
-        return False, f"scored {metric} {value}: not a finite figure, never ranked"
-    if current is None:
-        return True, f"{figure}; no version held the alias"
-    tags = current.tags
-    theirs = f"version {number(current)}"
-    if tags.get(SPLIT) != split or tags.get(METRIC) != metric:
-        scored = (f"{tags[METRIC]} on another split ({tags.get(SPLIT_NAME, '?')}, "
-                  f"fingerprint {tags[SPLIT][:12]})" if SPLIT in tags and METRIC in tags
-                  else "no recorded evaluation")
-        return False, (f"scored {figure}, and {theirs} has {scored}: the two cannot be ranked; "
-                       f"point the alias at version {version} by hand if this split is the one "
-                       "to judge by")
-    best = float(tags[VALUE])
-    if value > best:
-        return True, f"{figure} beats {theirs}'s {best:.4f} on the same split"
-    return False, f"scored {figure}, not above {theirs}'s {best:.4f} on the same split"
-
-
-def promote(uri: str, name: str, version: str | int, alias: str, metric: str, value: float,
-            split: str, split_name: str) -> Verdict:
-    """Record what `version` scored and move `alias` to it when it beats the holder (module
-    docstring); its tags say why either way (REASON, and PREVIOUS when it moved)."""
+def remove_unfinished(uri: str, run_id: str, name: str) -> list[str]:
+    """Delete what `unfinished` finds; return a line for each version removed."""
     import mlflow
 
     client = mlflow.MlflowClient(uri)
-    version = str(version)
-    for key, text in ((METRIC, metric), (VALUE, repr(float(value))), (SPLIT, split),
-                      (SPLIT_NAME, split_name)):
-        client.set_model_version_tag(name, version, key, text)
-    current = holder(client, name, alias)
-    if current is not None and number(current) == version:  # evaluated again: still the holder
-        return Verdict(name, version, alias, version, False, "holds it already")
-    moves, why = judge(version, metric, float(value), split, split_name, current)
-    if moves:
-        client.set_registered_model_alias(name, alias, version)
-        client.set_model_version_tag(name, version, PREVIOUS,
-                                     number(current) if current is not None else "none")
-    client.set_model_version_tag(name, version, REASON, f"@{alias}: {why}" if moves else
-                                 f"not @{alias}: {why}")
-    return Verdict(name, version, alias,
-                   version if moves else (number(current) if current is not None else None),
-                   moves, why)
+    versions, models = unfinished(client, run_id, name)
+    for version in versions:
+        client.delete_model_version(name, str(version.version))
+    for model in models:
+        client.delete_logged_model(model.model_id)
+    return [f"removed version {v.version} of {name}: an interrupted attempt of this run "
+            "registered it, and this attempt registers the model again" for v in versions]
+
+
+def quoted(text: str) -> str:
+    """A string literal for MLflow's search filters."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 ALIAS_TAG = "wellfed.alias"

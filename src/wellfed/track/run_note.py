@@ -58,7 +58,7 @@ def compose(run, task: str, labels: list[str], *, model: dict | None = None,
             evaluation: dict | None = None, verdict=None) -> str:
     """The note's markdown. `run`: the MLflow Run; `model`: the train stage's record of the
     logged and registered model (registered_model, model_version); `evaluation`: {split, rows,
-    figures: {eval/...: value}}; `verdict`: wellfed.track.registry.Verdict."""
+    figures: {eval/...: value}}; `verdict`: wellfed.track.champion.Verdict."""
     from wellfed.track import ui_links
 
     m, p, t = run.data.metrics, run.data.params, run.data.tags
@@ -95,7 +95,9 @@ def compose(run, task: str, labels: list[str], *, model: dict | None = None,
         if verdict is not None:
             alias = f"`models:/{name}@{verdict.alias}`"
             where += (f", now {alias}: {verdict.reason}" if verdict.moved else
-                      f"; {alias} stays version {verdict.holder}: this one {verdict.reason}"
+                      f", {alias}: {verdict.reason}" if verdict.holder == verdict.version else
+                      f"; {alias} {'stays' if verdict.holder == verdict.before else 'is now'} "
+                      f"version {verdict.holder}: this one {verdict.reason}"
                       if verdict.holder else f", not {alias}: it {verdict.reason}")
         lines.append(f"- **registry** {where}")
     if evaluation and evaluation.get("table"):
