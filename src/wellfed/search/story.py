@@ -224,27 +224,20 @@ class Story:
 
 def saved_view(uri: str, parent: str, search_id: str, metric: str, lower: bool,
                keys: list[str]) -> str:
-    """A saved view of the runs table (MLflow 3's `mlflow.sharedViewState.<key>` experiment
-    tag, as track/runs_view.py saves the headline one) that opens on this search: its runs
-    only, the parent expanded, trials best first by `metric`, the searched params, the outcome
-    beside them. Returns its address."""
+    """A saved view of the runs table (track/runs_view.py) that opens on this search: its runs
+    only, trials best first by `metric`, their outcome and the searched params beside it.
+    Returns its address."""
     import mlflow
 
-    from wellfed.track import ui_links
+    from wellfed.track import runs_view
 
-    client = mlflow.MlflowClient(uri)
-    experiment = client.get_run(parent).info.experiment_id
-    key = f"wellfed-{search_id}"
-    columns = ([f"params.`{k}`" for k in keys] + [f"metrics.`{metric}`", "metrics.`train/loss`",
-               f"tags.`{OUTCOME_TAG}`", f"tags.`{PHASE_TAG}`"])
-    view = {"orderByKey": f"metrics.`{metric}`", "orderByAsc": lower,
-            "searchFilter": f"tags.`{SEARCH_TAG}` = '{search_id}'",
-            "selectedColumns": columns, "runsExpanded": {parent: True}}
-    now = int(time.time() * 1000)
-    client.set_experiment_tag(experiment, f"mlflow.sharedViewState.{key}", json.dumps(
-        {"name": f"search {search_id} (wellfed)", "createdAt": now, "updatedAt": now,
-         "state": json.dumps(view)}))
-    return ui_links.experiment(uri, experiment, key)
+    experiment = mlflow.MlflowClient(uri).get_run(parent).info.experiment_id
+    view = runs_view.View(f"wellfed-{search_id}", f"search {search_id} (wellfed)", metric,
+                          higher_is_better=not lower, metrics=("train/loss",),
+                          params=tuple(keys), tags=(OUTCOME_TAG, PHASE_TAG),
+                          filter=f"tags.`{SEARCH_TAG}` = '{search_id}'", models=False)
+    runs_view.save(uri, experiment, view)
+    return runs_view.address(uri, experiment, view)
 
 
 def _tags(tags: dict) -> list:
