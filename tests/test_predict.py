@@ -58,7 +58,7 @@ def test_bad_input_is_one_line_exit_1_and_no_output(tmp_path, pair_model):
     for args, expected in cases:
         out = tmp_path / "out.parquet"
         proc = subprocess.run([sys.executable, "-m", "wellfed.use.predict", str(pair_model), args[0],
-                               str(out), *args[1:]], capture_output=True, text=True, timeout=120)
+                               str(out), *args[1:]], capture_output=True, text=True, timeout=600)
         assert proc.returncode == 1, proc.stderr
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], lines

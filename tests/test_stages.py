@@ -14,7 +14,7 @@ def run_prepare(tmp_path: Path, prepare_params: dict):
     (tmp_path / "params.yaml").write_text(yaml.safe_dump({"prepare": prepare_params}))
     return subprocess.run([sys.executable, str(PROJECT / "stages" / "prepare.py"), "raw", "prepared",
                            "reports/prepare.json"], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=120)
+                          timeout=600)
 
 
 def test_prepare_writes_splits_labels_and_report(tmp_path):
@@ -105,7 +105,7 @@ def test_the_check_stage_refuses_unknown_sections_and_keys_without_heavy_imports
     def run_check(values: dict):
         (tmp_path / "params.yaml").write_text(yaml.safe_dump(values))
         return subprocess.run([sys.executable, "-c", check], cwd=tmp_path, capture_output=True,
-                              text=True, timeout=60)
+                              text=True, timeout=600)
 
     ok = run_check(params)
     assert ok.returncode == 0, ok.stderr
@@ -134,7 +134,7 @@ def test_an_unwritable_output_folder_stops_prepare_before_it_reads_a_row(tmp_pat
     with read_only(tmp_path / "out"):
         proc = subprocess.run([sys.executable, str(PROJECT / "stages" / "prepare.py"), "raw",
                                "out/prepared", "out/prepare.json"], cwd=tmp_path,
-                              capture_output=True, text=True, timeout=120)
+                              capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [
         "error: cannot write out: it is not writable ([Errno 1] Operation not permitted); make "

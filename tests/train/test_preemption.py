@@ -66,7 +66,7 @@ def test_a_signal_asks_the_workers_to_stop_and_names_their_checkpoint(handlers):
     requested = threading.Event()
     send_when_caught(signal.SIGTERM)
     with pytest.raises(Stopped) as stop:  # the "workers" return once asked, checkpoint at 7
-        run_stoppable(lambda: requested.wait(30), requested.set, lambda: 7, 76)
+        run_stoppable(lambda: requested.wait(300), requested.set, lambda: 7, 76)
     assert requested.is_set() and stop.value.exit_code == 143
     assert str(stop.value) == ("stopped by SIGTERM at step 7 of 76, checkpoint saved; rerun `dvc "
                                "repro` (or resubmit the same sbatch job) to resume from step 7")
@@ -75,27 +75,30 @@ def test_a_signal_asks_the_workers_to_stop_and_names_their_checkpoint(handlers):
 
 
 AT_ONCE = """
-import os, signal, threading, time
+import os, signal, threading
 from wellfed.train.preemption import run_stoppable
 
-def send():  # once the handlers are in, two Ctrl-C
+first = threading.Event()
+
+def send():  # once the handlers are in, a Ctrl-C; once it was handled, another
     while signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        time.sleep(0.01)
-    for _ in range(2):
-        time.sleep(0.2)
-        os.kill(os.getpid(), signal.SIGINT)
+        first.wait(0.01)
+    os.kill(os.getpid(), signal.SIGINT)
+    first.wait()  # two signals before the handler ran would reach Python as one
+    os.kill(os.getpid(), signal.SIGINT)
 
 threading.Thread(target=send, daemon=True).start()
-run_stoppable(lambda: time.sleep(60), lambda: None, lambda: 20, 76)  # workers that never finish
+run_stoppable(threading.Event().wait, first.set, lambda: 20, 76)  # workers that never finish
 print("not reached")
 """
 
 
 def test_a_second_signal_ends_the_stage_at_once_naming_the_last_checkpoint():
-    started = time.time()
+    """The workers never return, so the stage ends only by the second signal's path; the
+    second signal goes once the first was handled (counted, not a gap in seconds)."""
     proc = subprocess.run([sys.executable, "-c", AT_ONCE], capture_output=True, text=True,
-                          timeout=60, env=env())
-    assert time.time() - started < 30 and proc.returncode == 130, proc.stderr
+                          timeout=600, env=env())
+    assert proc.returncode == 130, proc.stderr
     assert proc.stderr.splitlines()[-1] == (
         "[wellfed] stopped at once by a second Ctrl-C (SIGINT): the steps after the last "
         "checkpoint (step 20 of 76) are lost; rerun `dvc repro` (or resubmit the same sbatch "
@@ -108,7 +111,7 @@ def test_a_signal_during_the_last_step_lets_the_run_finish(handlers):
 
     requested = threading.Event()
     send_when_caught(signal.SIGTERM)
-    result = run_stoppable(lambda: requested.wait(30) and "done", requested.set,
+    result = run_stoppable(lambda: requested.wait(300) and "done", requested.set,
                            lambda: 76, 76)
     assert result == "done"  # the final checkpoint exists: the stage goes on to export it
 
@@ -157,12 +160,12 @@ def test_the_sbatch_script_forwards_slurms_sigterm_waits_for_the_checkpoint_and_
                "SLURM_JOB_NODELIST": "node1", "SLURM_JOB_ID": "42"}
     job = subprocess.Popen(["bash", str(PROJECT / "scripts" / "slurm" / "wellfed.sbatch")],
                            env=job_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.time() + 30
+    deadline = time.time() + 300  # a hang guard, long enough for a loaded machine
     while "stage: training" not in log.read_text():
         assert time.time() < deadline and job.poll() is None, job.stdout.read()
         time.sleep(0.1)
     job.send_signal(signal.SIGTERM)  # `--signal=B:TERM@120`: the batch shell alone
-    out, _ = job.communicate(timeout=60)
+    out, _ = job.communicate(timeout=600)
     assert job.returncode == 0, out
     assert log.read_text().splitlines() == ["stage: training", "stage: SIGTERM",
                                             "stage: checkpointed", "scontrol requeue 42",
