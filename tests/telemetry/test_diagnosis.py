@@ -113,3 +113,26 @@ def test_the_console_gets_sentences_with_the_same_figures_and_no_markdown():
     markdown = report(figures)[0]  # the file keeps its table, with the same values
     assert markdown.startswith("# wellfed diagnosis\n\n**Bottleneck: input-bound 34%")
     assert "| input wait (share of step time) | 34.0% (worker0 30.0%, worker1 38.0%) |" in markdown
+
+
+def test_a_cpu_run_starved_by_other_processes_is_called_shared_not_compute_bound():
+    """The process's own CPU use (`workers/cpu_util_pct_mean`, 100 = one CPU): under half of
+    the CPUs it asked for, the machine was shared and no knob of the run's is the answer."""
+    base = {"workers/input_wait_share_mean": [0.001], "workers/padding_efficiency": [0.99],
+            "workers/mfu_mean": [0.08], "workers/samples_per_s": [22.8]}
+    starved = figures_from_history({**base, "workers/cpu_util_pct_mean": [38.0, 42.0]}, 0, 32,
+                                   cpus=2)
+    code, finding, knob = diagnose(starved)
+    assert code == "shared" and finding == ("the machine was shared: this process got 0.4 of "
+                                            "the 2 CPUs it asked for, other processes had the rest")
+    assert "rerun on a quiet machine" in knob and "more or faster devices" not in knob
+    text, metrics = report(starved)
+    assert "| CPU use (this process) | 0.4 of 2 CPUs |" in text and metrics["shared"] == 1.0
+    busy = figures_from_history({**base, "workers/cpu_util_pct_mean": [188.0, 192.0]}, 0, 32,
+                                cpus=2)
+    assert diagnose(busy)[0] == "compute" and report(busy)[1]["shared"] == 0.0
+    one = figures_from_history({**base, "workers/cpu_util_pct_mean": [60.0]}, 0, 32, cpus=1)
+    assert diagnose(one)[0] == "compute"  # 0.6 of its 1 CPU: more than half
+    gpu = figures_from_history({**base, "workers/cpu_util_pct_mean": [10.0],
+                                "workers/gpu_util_pct_mean": [97.0]}, 0, 32, cpus=2)
+    assert gpu.cpu_util_pct is None and diagnose(gpu)[0] == "compute"

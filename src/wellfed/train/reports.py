@@ -54,7 +54,7 @@ def write_history(history: list[dict], perf: list[dict], directory: Path) -> Non
 
 
 def write_reports(history: list[dict], uri: str, run_id: str, out: Path, data_cfg: DataConfig,
-                  train_cfg: TrainConfig):
+                  train_cfg: TrainConfig, cpus: int = 1):
     """The train stage's reports under `out` (history/*.csv, plots/, diagnosis.md/.json), the
     plots and the diagnosis also in the MLflow run; return (the diagnosis text, its figures)."""
     from wellfed.telemetry import diagnosis, plots
@@ -66,7 +66,7 @@ def write_reports(history: list[dict], uri: str, run_id: str, out: Path, data_cf
     tracking.log_artifacts(uri, run_id, out / "plots", "plots")
     figures = diagnosis.figures_from_history(
         tracking.metric_histories(uri, run_id, ("workers/", "worker")),
-        data_cfg.loader_workers, train_cfg.micro_batch_size)
+        data_cfg.loader_workers, train_cfg.micro_batch_size, cpus)
     text, diag = diagnosis.report(figures)
     with atomic_path(out / "diagnosis.md") as tmp:
         tmp.write_text(text, encoding="utf-8")
