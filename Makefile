@@ -28,7 +28,7 @@ $(VENV)/.installed: pyproject.toml
 
 run: install            ## prepare -> tokenize -> train -> evaluate on the offline default
 	dvc repro
-	@echo "done: data/eval/metrics.json, data/train/diagnosis.md, models:/wellfed-classifier@champion; compare runs with 'dvc exp show --only-changed' or 'make ui'"
+	@echo "done: data/eval/metrics.json, data/train/speed/diagnosis.md, models:/wellfed-classifier@champion; compare runs with 'dvc exp show --only-changed' or 'make ui'"
 
 test: install           ## every tier: unit, e2e pipelines, real data (CI)
 	@# the fast tier as a newcomer runs it, plain `pytest` (no `python -m`: the cwd is not on sys.path)
