@@ -37,27 +37,37 @@ def test_the_global_batches_do_not_depend_on_the_worker_count():
     assert plans[1] == plans[2] == plans[3]
 
 
+SENDERS: list[threading.Thread] = []
+
+
 @pytest.fixture
 def handlers():
-    """Signals sent to this very process by `send_when_caught`; the handlers restored after."""
+    """Signals sent to this very process by `send_when_caught`; the handlers restored after,
+    once every sender has finished (none may reach a later test)."""
     saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
     yield
+    for thread in SENDERS:
+        thread.join(timeout=600)
+        assert not thread.is_alive(), "a signal sender never saw run_stoppable's handler"
+    SENDERS.clear()
     for s, handler in saved.items():
         signal.signal(s, handler)
 
 
-def send_when_caught(*signums: int, gap: float = 0.2) -> None:
-    """From a thread: once run_stoppable has installed its handler, send `signums` to this
-    process (never before: SIGTERM would end the test run)."""
-    def send():
-        original = signal.getsignal(signums[0])
-        while signal.getsignal(signums[0]) is original:
-            time.sleep(0.01)
-        for signum in signums:
-            time.sleep(gap)
-            os.kill(os.getpid(), signum)
+def send_when_caught(signum: int) -> None:
+    """From a thread: once run_stoppable has installed its handler, send `signum` to this
+    process (never before: SIGTERM would end the test run). The handler to wait past is read
+    here, before the thread starts: read in a thread started late, it was run_stoppable's own."""
+    original = signal.getsignal(signum)
 
-    threading.Thread(target=send, daemon=True).start()
+    def send():
+        while signal.getsignal(signum) is original:
+            time.sleep(0.01)
+        os.kill(os.getpid(), signum)
+
+    thread = threading.Thread(target=send, daemon=True)
+    SENDERS.append(thread)
+    thread.start()
 
 
 def test_a_signal_asks_the_workers_to_stop_and_names_their_checkpoint(handlers):

@@ -167,9 +167,12 @@ def run_stoppable(fit: Callable[[], T], request: Callable[[], object],
         if received:
             raise _AtOnce(signum)
         received.append(signum)
-        request()
+        # The line first, whole, then the request: a second signal that the request's effects
+        # let in (the tests send it once the first was handled) cannot cut the line short and
+        # glue its own onto it.
         print(f"[wellfed] {said(signum)}: finishing the current step and saving a "
               "checkpoint (send it again to stop at once)", file=sys.stderr, flush=True)
+        request()
 
     # Not the main thread: Ray Train then skips its own SIGINT handler (which aborts the
     # workers without a checkpoint) and the main thread stays free to run ours.
