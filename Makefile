@@ -17,7 +17,12 @@ export RAY_USAGE_STATS_ENABLED ?= 0
 export HF_HUB_DISABLE_TELEMETRY ?= 1
 
 .PHONY: install run test test-fast ui bench clean
-install: $(VENV)/.installed
+install: $(VENV)/.installed .dvc/tmp/plots.html
+
+# `dvc plots show/diff` draw offline: DVC's page template with the Vega libraries inline (from
+# the vl-convert-python package), set in .dvc/config.local (scripts/plots_page.py)
+.dvc/tmp/plots.html: $(VENV)/.installed scripts/plots_page.py
+	$(BIN)/python scripts/plots_page.py
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -28,7 +33,7 @@ $(VENV)/.installed: pyproject.toml
 
 run: install            ## prepare -> tokenize -> train -> evaluate on the offline default
 	dvc repro
-	@echo "done: data/eval/metrics.json, data/train/diagnosis.md, models:/wellfed-classifier@champion; compare runs with 'dvc exp show --only-changed' or 'make ui'"
+	@echo "done: data/eval/metrics.json, data/train/speed/diagnosis.md, models:/wellfed-classifier@champion; compare runs with 'dvc exp show --only-changed' or 'make ui'"
 
 test: install           ## every tier: unit, e2e pipelines, real data (CI)
 	@# the fast tier as a newcomer runs it, plain `pytest` (no `python -m`: the cwd is not on sys.path)

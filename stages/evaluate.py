@@ -16,6 +16,7 @@ from wellfed.data.token_files import TokenFile
 from wellfed.evaluate import files, predictions, scores, temperature
 from wellfed.outputs import check_room, write_json
 from wellfed.track import eval_tracking, tracking
+from wellfed.train import run_record
 from wellfed.use import serving
 
 
@@ -27,7 +28,7 @@ def main(tokens_dir, model_dir, run_json, validation_outputs, eval_dir, *, budge
     meta = json.loads((tokens / "meta.json").read_text())
     split = "test" if (tokens / "test.arrow").is_file() else "validation"
     data = TokenFile(tokens / f"{split}.arrow")
-    run = json.loads(Path(run_json).read_text())
+    run = run_record.read(run_json, model_dir)  # this machine's MLflow run of data/model
     # Before predicting: data/eval and a local MLflow store (which gets a copy) take the
     # predictions (8 bytes a score) and the plots.
     need = len(data) * (len(meta["labels"]) + 4) * 8 + 2_000_000

@@ -13,11 +13,10 @@ from wellfed import heap, watchdog
 from wellfed.cli import one_line, stage
 from wellfed.config import SECTIONS, flatten, load_params
 from wellfed.model import resolve_source
-from wellfed.outputs import write_json
 from wellfed.telemetry import diagnosis
 from wellfed.telemetry.phases import split_train
 from wellfed.track import provenance, registry, run_note, sweeps, tracking, ui_links
-from wellfed.train import driver, export, orphan, preemption, reports
+from wellfed.train import driver, export, orphan, preemption, reports, run_record
 from wellfed.train.mlflow_run import marked_failed
 
 
@@ -58,11 +57,12 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir, *, budget):
         # Every process of a resumed run counts: earlier ones recorded their seconds in the store.
         seconds = info["seconds_before"] + time.time() - started
         with clock("history + plots + diagnosis"):
-            text, figures = reports.write_reports(history, uri, run_id, out, data_cfg, train_cfg)
-        for line in diagnosis.console(figures):  # as text; diagnosis.md keeps the Markdown
+            text, figures = reports.write_reports(history, uri, run_id, out, data_cfg, train_cfg,
+                                                  ray_cfg.cpus_per_worker)
+        for line in diagnosis.console(figures):  # as text; speed/diagnosis.md keeps the Markdown
             print(f"[wellfed] {line}")
         metrics = reports.summarize(history, seconds, figures, trained.best, trained.chosen.step)
-        write_json(out / "metrics.json", metrics)  # the DVC metrics: headline only, MLflow's names
+        reports.write_metrics(metrics, out)  # DVC's: the headline; speed/: this machine's
         try:  # a model MLflow could not take must not cost the training: data/model holds it
             with clock("mlflow model + registry"):
                 tracking.log_datasets(uri, run_id, tokens)
@@ -79,8 +79,9 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir, *, budget):
                                            if k.startswith("train/")}, model_id=model.get("model_id"))
         tracking.set_tags(uri, run_id, {run_note.DIAGNOSIS: run_note.diagnosis_line(text)})
         run_note.write(uri, run_id, meta.get("task", "single_label"), meta["labels"], model=model)
-        write_json(out / "run.json", {"mlflow_run_id": run_id, "tracking_uri": uri,
-                                      "ray_run": info["name"], **model})
+        run_record.write(out / "run.json", model_dir, {"mlflow_run_id": run_id,
+                                                       "tracking_uri": uri,
+                                                       "ray_run": info["name"], **model})
         driver.complete(trained, info, run_id, uri, model, model_dir)
     try:  # a diagnostic: it must not fail a stage whose outputs are all written
         clock.seconds = split_train(clock.seconds, reports.worker_seconds(uri, run_id, started))

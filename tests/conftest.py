@@ -70,6 +70,21 @@ def random_token_files(tokens: Path, tiny_model_dir: Path) -> Path:
     return tokens
 
 
+class CountedClock:
+    """A clock that moves only when told: a test's stand-in loader and step advance it by the
+    seconds they stand for, so the shares a meter or a budget computes from it are exact
+    whatever else the machine runs (no test asserts on seconds it measured)."""
+
+    def __init__(self, start: float = 1000.0):
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
 def write_tsv(path: Path, rows: list[tuple[str, str]], header=("sentence", "label")) -> Path:
     import csv
 

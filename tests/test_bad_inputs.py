@@ -70,7 +70,7 @@ def test_bad_input_is_one_clear_line_and_leaves_nothing(tmp_path, case):
     (tmp_path / "params.yaml").write_text(yaml.safe_dump({"prepare": {"test": "", **params}}))
     proc = subprocess.run([sys.executable, str(PROJECT / "stages" / "prepare.py"), "raw",
                            "prepared", "reports/prepare.json"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
@@ -88,7 +88,7 @@ def test_skip_mode_counts_instead_of_failing(tmp_path):
         {"prepare": {"test": "", "on_invalid": "skip", "drop_duplicates": True}}))
     proc = subprocess.run([sys.executable, str(PROJECT / "stages" / "prepare.py"), "raw",
                            "prepared", "reports/prepare.json"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     report = json.loads((tmp_path / "reports" / "prepare.json").read_text())["splits"]["train"]
     assert report["rows_read"] == 23 and report["kept"] == 20
@@ -111,7 +111,7 @@ def test_an_unwritable_output_path_is_named(tmp_path):
     (tmp_path / "blocker").write_text("a file where a directory should be")
     proc = subprocess.run([sys.executable, str(PROJECT / "stages" / "prepare.py"), "raw",
                            "blocker/prepared", "reports/prepare.json"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "blocker: cannot create output directory" in lines[0], lines

@@ -46,7 +46,7 @@ CASES = {
 def run_toy(tmp_path, kind, **env):
     (tmp_path / "toy.py").write_text(SCRIPT)
     return subprocess.run([sys.executable, "toy.py", kind, f"sqlite:///{tmp_path / 'm.db'}"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "TMPDIR": str(tmp_path), **env})
 
 

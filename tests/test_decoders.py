@@ -235,7 +235,7 @@ def test_lora_trains_adapters_and_head_only_resumes_and_exports_merged(model_dir
     code = ("import sys; sys.modules['peft'] = None\n"
             "from transformers import AutoModelForSequenceClassification as A\n"
             f"m = A.from_pretrained({str(out)!r}); print(type(m).__name__, m.config.pad_token_id)")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert done.stdout.split() == ["LlamaForSequenceClassification", "0"], done.stderr[-2000:]
 
 

@@ -72,6 +72,24 @@ def test_mkdocs_builds_strictly(tmp_path):
     assert 'id="a-five-minute-tour"' in home and "wellfed-compare" in home
     assert 'href="sweeps/"' in home and 'href="docs/' not in home
     assert (tmp_path / "site" / "stylesheets" / "extra.css").is_file()  # long lines wrap or scroll
+    pages, glued = run_on_lists(tmp_path / "site")
+    assert pages >= 15 and not glued, f"lists rendered as paragraphs: {glued}"
+
+
+def run_on_lists(site: Path) -> tuple[int, list[str]]:
+    """(pages read, "page: line" of each list item the site shows inside a paragraph): Markdown
+    starts no list inside a paragraph, so `text:` then `- item` on the next line, without a
+    blank line between, renders as one run-on paragraph with the dashes in it."""
+    import html
+
+    pages, glued = 0, []
+    for page in sorted(site.rglob("index.html")):
+        pages += 1
+        for paragraph in re.findall(r"<p>(.*?)</p>", page.read_text(encoding="utf-8"), re.S):
+            lines = html.unescape(re.sub(r"<[^>]+>", "", paragraph)).splitlines()
+            glued += [f"{page.parent.relative_to(site)}: {line.strip()[:60]}"
+                      for line in lines[1:] if re.match(r"\s*(?:[-*+]|\d+\.)\s+\S", line)]
+    return pages, glued
 
 
 def documented_outputs() -> set[str]:

@@ -35,7 +35,7 @@ def stale(status: dict, outputs: list[str]) -> list[str]:
 
 def test_dvc_lock_records_the_code_params_and_raw_data_git_holds():
     proc = subprocess.run([str(Path(sys.executable).parent / "dvc"), "status", "--json"],
-                          cwd=PROJECT, capture_output=True, text=True, timeout=120)
+                          cwd=PROJECT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     status = json.loads(proc.stdout or "{}")
     assert set(status) <= {"check", "prepare", "tokenize", "train", "evaluate"}, status

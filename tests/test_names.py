@@ -71,6 +71,7 @@ def scored(tmp_path_factory, tiny_model_dir):
     from wellfed.config import ModelConfig
     from wellfed.data.token_files import TokenBatch, write_token_file
     from wellfed.model import load_model
+    from wellfed.train import run_record
 
     root = tmp_path_factory.mktemp("evaluate")
     tokens = root / "tokens"
@@ -86,7 +87,8 @@ def scored(tmp_path_factory, tiny_model_dir):
     uri = f"sqlite:///{root / 'mlflow.db'}"
     client = mlflow.MlflowClient(uri)
     run_id = client.create_run(client.create_experiment("evaluate")).info.run_id
-    (root / "run.json").write_text(json.dumps({"mlflow_run_id": run_id, "tracking_uri": uri}))
+    run_record.write(root / "run.json", root / "model", {"mlflow_run_id": run_id,
+                                                         "tracking_uri": uri})
     (root / "params.yaml").write_text("mlflow: {}\n")  # evaluate reads mlflow.champion_alias
     proc = subprocess.run([sys.executable, str(PROJECT / "stages" / "evaluate.py"), "tokens", "model",
                            "run.json", "no-outputs.npz", "eval"], cwd=root, capture_output=True,

@@ -29,14 +29,14 @@ def start_writer(final, how: str) -> subprocess.Popen:
 
 def dead_pid() -> int:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
-    proc.wait(timeout=60)
+    proc.wait(timeout=600)
     return proc.pid  # exited and reaped: no process has this id for a while
 
 
 def killed_writer(final):
     proc = start_writer(final, "kill")
     left = proc.stdout.readline().strip()
-    assert proc.wait(timeout=60) == -9
+    assert proc.wait(timeout=600) == -9
     return left
 
 
@@ -59,7 +59,7 @@ def test_a_killed_writers_copy_is_removed_and_a_running_ones_kept(tmp_path):
         assert left == kept | {running.rsplit("/", 1)[1]}  # the live writer's copy survives
     finally:
         live.stdin.close()
-        assert live.wait(timeout=60) == 0
+        assert live.wait(timeout=600) == 0
     assert (final / "part.arrow").stat().st_size == 4096
 
 
@@ -73,7 +73,7 @@ def test_the_next_write_removes_the_leftover_and_says_so(tmp_path, capsys):
         with atomic_path(sys.argv[1]) as tmp:
             tmp.write_text("half")
             os.kill(os.getpid(), signal.SIGKILL)
-    """), str(final)], timeout=60)
+    """), str(final)], timeout=600)
     assert proc.returncode == -9
     assert len(list(tmp_path.glob(".metrics.json.tmp-*"))) == 1
     with atomic_path(final) as tmp:
@@ -89,7 +89,7 @@ def test_the_prepare_stage_removes_a_killed_runs_staging_folder(tmp_path):
     (tmp_path / "params.yaml").write_text("prepare: {validation: '', test: ''}\n")
     proc = subprocess.run([sys.executable, str(PROJECT / "stages" / "prepare.py"), "raw",
                            "prepared", "reports/prepare.json"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     name = left.rsplit("/", 1)[1]
     assert f"removed what an interrupted run left: {name} (0.0 MB)" in proc.stdout

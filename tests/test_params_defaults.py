@@ -41,8 +41,8 @@ def test_every_params_yaml_key_has_a_comment():
     uncommented = []
     section = None
     for line in PARAMS.read_text().splitlines():
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
+        if not line.strip() or line.lstrip().startswith(("#", "- ")):
+            continue  # a comment, or a list's item (its key's comment is above the items)
         if not line.startswith(" "):
             section = line.split(":")[0]
         elif "#" not in line:

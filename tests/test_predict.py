@@ -58,7 +58,7 @@ def test_bad_input_is_one_line_exit_1_and_no_output(tmp_path, pair_model):
     for args, expected in cases:
         out = tmp_path / "out.parquet"
         proc = subprocess.run([sys.executable, "-m", "wellfed.use.predict", str(pair_model), args[0],
-                               str(out), *args[1:]], capture_output=True, text=True, timeout=120)
+                               str(out), *args[1:]], capture_output=True, text=True, timeout=600)
         assert proc.returncode == 1, proc.stderr
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], lines
@@ -177,3 +177,42 @@ def test_a_registry_uri_predicts_with_that_version(tmp_path, monkeypatch, pair_m
         assert folder.name == pair_model.name and (folder / "config.json").is_file()
         assert named == f"models:/demo/1 (version 1, MLflow run {run_id})"
     assert not folder.exists()  # a temporary copy, gone after the command
+
+
+HEAVY = ("torch", "transformers", "pandas", "numpy", "pyarrow", "mlflow", "ray", "tqdm")
+ASK = """
+import sys
+from wellfed.use.predict_command import main
+try:
+    main(sys.argv[1:])
+except SystemExit as done:
+    print("exit", done.code, [m for m in {heavy!r} if m in sys.modules])
+"""
+
+
+def test_help_and_argument_errors_come_before_any_heavy_import():
+    """`wellfed-predict --help` took 26 s on a loaded machine: it imported torch, pandas and
+    the model code first. Now the arguments are read, and refused, with the standard library
+    alone."""
+    cases = [(["--help"], "exit 0 []", "usage: wellfed-predict"),
+             (["models:/m@champion", "in.csv"], "exit 2 []", "required: output"),
+             (["data/model", "in.csv", "out.txt"], "exit 2 []", "must end in .parquet or .csv"),
+             (["data/model", "in.csv", "out.csv", "--workers", "-1"], "exit 2 []",
+              "--workers must be >= 0")]
+    for args, exit_line, said in cases:
+        proc = subprocess.run([sys.executable, "-c", ASK.format(heavy=HEAVY), *args],
+                              capture_output=True, text=True, timeout=600)
+        assert proc.stdout.strip().splitlines()[-1] == exit_line, (args, proc.stdout, proc.stderr)
+        assert said in proc.stdout + proc.stderr, (args, proc.stderr)
+    assert len(cases) == 4
+
+
+def test_into_a_pipe_there_is_no_progress_bar_to_glue_lines_onto(tmp_path, pair_model):
+    source = tmp_path / "new.tsv"
+    source.write_text("premise\thypothesis\nA man sleeps.\tA man rests.\nA dog.\tA cat.\n")
+    out = tmp_path / "out.csv"
+    proc = subprocess.run([sys.executable, "-m", "wellfed.use.predict", str(pair_model),
+                           str(source), str(out)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "\r" not in proc.stdout + proc.stderr and "rows/s" not in proc.stderr, proc.stderr
+    assert proc.stdout.splitlines()[-1] == f"[wellfed] predict: 2 rows of {source} -> {out}"

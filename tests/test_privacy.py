@@ -127,7 +127,7 @@ for attempt in (lambda: socket.create_connection(("192.0.2.1", 9), timeout=5),
 """
     env = {**os.environ, "NETGUARD_LOG": str(log), "PYTHONPATH": str(GUARD)}
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
-                         timeout=60, check=True)
+                         timeout=600, check=True)
     assert out.stdout.split() == ["refused"] * 3
     lines = log.read_text().splitlines()
     assert len(lines) == 4 and lines[0].startswith("load pid=")

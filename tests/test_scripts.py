@@ -31,3 +31,28 @@ def test_every_test_folder_is_a_package_so_plain_pytest_imports_tests_from_a_clo
     assert ambiguous == []
 
 
+
+
+def test_fetch_sst2_says_in_one_line_why_it_cannot_and_writes_nothing(tmp_path):
+    """scripts/fetch_sst2.py: where the Hub is not reachable (here: a closed port, and
+    HF_HUB_OFFLINE as the Makefile sets it), one `error:` line that says what to do instead."""
+    import os
+    import socket
+
+    with socket.socket() as s:  # bound, never listened on, then closed: connections are refused
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}"
+    plain = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
+    cases = [({**plain, "HF_ENDPOINT": closed}, f"the Hugging Face Hub ({closed}) did not give "
+              "nyu-mll/glue's sst2 files (ConnectError"),
+             ({**plain, "HF_HUB_OFFLINE": "1"}, "HF_HUB_OFFLINE is on")]
+    for env, said in cases:
+        out = tmp_path / "sst2"
+        proc = subprocess.run([sys.executable, str(PROJECT / "scripts" / "fetch_sst2.py"),
+                               "--out", str(out)], env=env, capture_output=True, text=True,
+                              timeout=600)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+        assert lines[0].startswith("error: ") and said in lines[0], lines
+        assert not out.exists()
+    assert len(cases) == 2

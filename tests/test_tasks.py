@@ -27,7 +27,7 @@ COLORS = ["red", "green", "blue", "amber"]
 
 def stage(tmp_path: Path, script: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(PROJECT / "stages" / script), *args], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=180)
+                          capture_output=True, text=True, timeout=600)
 
 
 def prepare(tmp_path: Path, files: dict[str, str], params: dict) -> subprocess.CompletedProcess:

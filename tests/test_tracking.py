@@ -139,11 +139,13 @@ def test_the_cuda_graph_steps_counts_are_metrics_only_when_graphs_ran():
 
 
 WRITER = """
-import sys, time
+import pathlib, sys, time
 from mlflow.entities import Metric
 from wellfed.track import tracking
-uri, name, start = sys.argv[1], sys.argv[2], float(sys.argv[3])
-time.sleep(max(0.0, start - time.time()))  # every writer opens the fresh store at once
+uri, name, ready = sys.argv[1], sys.argv[2], pathlib.Path(sys.argv[3])
+(ready / name).touch()  # imported; every writer opens the fresh store once all four are here
+while len(list(ready.iterdir())) < 4:
+    time.sleep(0.01)
 run_id = tracking.start_run(uri, "sweep", name)
 for step in range(60):
     now = int(time.time() * 1000)
@@ -158,11 +160,11 @@ def test_four_trials_open_and_fill_a_fresh_store_at_once_and_lose_nothing(tmp_pa
     and four processes doing that at once failed (store_lock). Then every metric lands."""
     import subprocess
     import sys
-    import time
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    start = time.time() + 8  # after all four have imported MLflow
-    procs = [subprocess.Popen([sys.executable, "-c", WRITER, uri, f"trial-{i}", str(start)],
+    ready = tmp_path / "ready"  # a barrier: after all four have imported MLflow, however long
+    ready.mkdir()
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, uri, f"trial-{i}", str(ready)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for i in range(4)]
     results = [p.communicate(timeout=300) for p in procs]

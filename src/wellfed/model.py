@@ -13,6 +13,14 @@ log = logging.getLogger(__name__)
 
 DEFAULT_NAMES = ("default", "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
 
+LOAD_CONTEXT = ("local_files_only", "is_local")
+"""What transformers notes in a loaded tokenizer's init kwargs about how that load went, which
+`save_pretrained` writes into tokenizer_config.json: `local_files_only` is true under
+HF_HUB_OFFLINE=1 (the Makefile's) or for a Hub id found in the cache (hub.pretrained), false
+otherwise, so one tokenizer saved by `make run` and by a plain `dvc exp run` had two DVC hashes.
+Dropped when it loads: a saved tokenizer's bytes depend on the tokenizer alone (a load sets both
+again from how it is called)."""
+
 
 def resolve_source(name: str) -> str:
     """Where to load from: the packaged MiniLM directory, a local directory, or a Hub id.
@@ -105,7 +113,8 @@ def named_tokenizer(source: str):
 
 
 def load_tokenizer(source: str, trust_remote_code: bool = False):
-    """The fast tokenizer of `source`, with a pad token (EOS when it has none) and right padding."""
+    """The fast tokenizer of `source`, with a pad token (EOS when it has none) and right padding,
+    and nothing about how it was loaded (LOAD_CONTEXT) for `save_pretrained` to write."""
     tokenizer = None
     if not trust_remote_code and Path(source).is_dir():
         tokenizer = named_tokenizer(source)
@@ -130,6 +139,8 @@ def load_tokenizer(source: str, trust_remote_code: bool = False):
                  "decoders); trailing EOS tokens count as padding for the classification head",
                  tokenizer.eos_token, tokenizer.pad_token_id, source)
     tokenizer.padding_side = "right"  # as TokenFile.gather pads; the exported tokenizer agrees
+    for key in LOAD_CONTEXT:
+        tokenizer.init_kwargs.pop(key, None)
     return tokenizer
 
 

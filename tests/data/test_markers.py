@@ -81,7 +81,7 @@ def test_the_prepare_stage_writes_the_real_classes_and_warns_without_the_param(t
         (tmp_path / "params.yaml").write_text(yaml.safe_dump({"prepare": {**SNLI, **params}}))
         proc = subprocess.run([sys.executable, str(PROJECT / "stages" / "prepare.py"), "raw",
                                "prepared", "report.json"], cwd=tmp_path, capture_output=True,
-                              text=True, timeout=120)
+                              text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr
         names = json.loads((tmp_path / "prepared" / "labels.json").read_text())["names"]
         return proc, names, json.loads((tmp_path / "report.json").read_text())

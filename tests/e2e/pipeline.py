@@ -28,7 +28,9 @@ def make_project(dest: Path, params: dict, raw_rows: dict[str, int] | None = Non
     for section, values in params.items():
         current.setdefault(section, {}).update(values)
     (dest / "params.yaml").write_text(yaml.safe_dump(current, sort_keys=False))
-    (dest / ".gitignore").write_text("mlflow.db\nmlruns/\n/data/checkpoints/\n")
+    # The project's own: MLflow's store, and what the stages write beside their outputs that
+    # differs on every run (timing, speed reports, run.json, checkpoints), never committed.
+    shutil.copy(PROJECT / ".gitignore", dest / ".gitignore")
     run(["git", "init", "-q"], dest)
     run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "--allow-empty",
          "-m", "init"], dest)

@@ -307,7 +307,8 @@ def test_a_read_only_data_folder_fails_before_training_or_at_the_export_and_the_
     assert "[wellfed] resuming interrupted run" in out and "[wellfed] step " not in out  # no steps
     _, runs = mlflow_runs(project)
     assert len(runs) == 1 and runs[0].info.status == "FINISHED"
-    metrics = json.loads((project / "data" / "train" / "metrics.json").read_text())
+    metrics = {**json.loads((project / "data" / "train" / "metrics.json").read_text()),
+               **json.loads((project / "data" / "train" / "speed" / "metrics.json").read_text())}
     assert metrics["train/seconds"] > first > 0  # both processes count
     assert metrics["train/rows"] == 3 * 600
     # Completed: the exported checkpoint only, no optimizer state, its weights hard links to

@@ -132,7 +132,7 @@ def test_telemetry_keys_have_sane_values_for_every_worker(project):
     assert tags["derived.precision"] == "fp32" and "CPU" in tags["derived.precision_reason"]
     assert tags["derived.peak_source"].startswith("estimate:") and tags["derived.telemetry"] == "cpu"
     assert any(k.startswith("system/") for k in runs[0].data.metrics)  # MLflow system metrics
-    diagnosis = (dest / "data/train/diagnosis.md").read_text()
+    diagnosis = (dest / "data/train/speed/diagnosis.md").read_text()
     assert "Bottleneck:" in diagnosis and "input-bound" not in diagnosis
     steps = [m.step for m in client.get_metric_history(run_id, "train/loss")]
     assert steps == sorted(set(steps))  # strictly increasing, no repeats

@@ -43,7 +43,8 @@ def test_minilm_on_20k_sst2_rows_clears_086_dev_accuracy(tmp_path):
     run(["dvc", "repro"], tmp_path, timeout=1800)
     seconds = time.time() - started
     metrics = json.loads((tmp_path / "data/eval/report.json").read_text())
-    train = json.loads((tmp_path / "data/train/metrics.json").read_text())
+    train = {**json.loads((tmp_path / "data/train/metrics.json").read_text()),
+             **json.loads((tmp_path / "data/train/speed/metrics.json").read_text())}
     print(f"\nSST-2 dev accuracy {metrics['accuracy']:.4f}, macro-F1 {metrics['macro_f1']:.4f}; "
           f"train {train['train/seconds']:.0f} s for {train['train/rows']} rows "
           f"(padding efficiency {train['train/padding_efficiency']:.3f}); whole repro {seconds:.0f} s")

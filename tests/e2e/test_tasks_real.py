@@ -47,7 +47,8 @@ def repro(project: Path) -> tuple[dict, dict, float]:
     run(["dvc", "repro"], project, timeout=1200)
     seconds = time.time() - started
     report = json.loads((project / "data/eval/report.json").read_text())
-    train = json.loads((project / "data/train/metrics.json").read_text())
+    train = {**json.loads((project / "data/train/metrics.json").read_text()),
+             **json.loads((project / "data/train/speed/metrics.json").read_text())}
     return report, train, seconds
 
 

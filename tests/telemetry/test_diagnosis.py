@@ -1,26 +1,33 @@
-import time
-
+import pytest
 import torch
 
+from tests.conftest import CountedClock
 from wellfed.config import ModelConfig
 from wellfed.model import load_model
 from wellfed.telemetry.diagnosis import (RunFigures, console, diagnose, figures_from_history,
                                          report)
 from wellfed.telemetry.meter import StepMeter
-from wellfed.telemetry.peak import measure_peak
+from wellfed.telemetry.peak import Peak
+
+STEP_S = 0.05
+"""What each step of the tiny model stands for on the meter's clock: the verdicts below come
+from the seconds the test says, not from how busy the machine was (under load a real 0.25 s
+sleep measured as a 0.174 share, not > 0.3)."""
 
 
 def measured_run(tiny_model_dir, loader_delay_s: float, steps: int = 6) -> RunFigures:
-    """A real (tiny) training loop through the StepMeter, with a loader slowed on purpose."""
+    """A real (tiny) training loop through the StepMeter, with a loader slowed on purpose: on a
+    CountedClock that the loader advances by `loader_delay_s` per batch and the step by
+    STEP_S, so the meter's shares are the planned ones exactly."""
     torch.manual_seed(0)
     model = load_model(ModelConfig(init="random"), str(tiny_model_dir), ["a", "b"])
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    cpu = torch.device("cpu")
-    meter = StepMeter(cpu, measure_peak(cpu, None, size=512, repeats=2), model.config)
+    clock = CountedClock()
+    meter = StepMeter(torch.device("cpu"), Peak(1e12, "test"), model.config, clock=clock)
 
     def loader():
         while True:
-            time.sleep(loader_delay_s)
+            clock.advance(loader_delay_s)
             yield torch.randint(1000, 2000, (16, 48))
 
     batches = loader()
@@ -32,6 +39,7 @@ def measured_run(tiny_model_dir, loader_delay_s: float, steps: int = 6) -> RunFi
             loss.backward()
             opt.step()
             opt.zero_grad()
+            clock.advance(STEP_S)
         meter.count(16, ids.numel(), ids.numel())
     fig = meter.interval()
     return RunFigures(input_wait_share=fig["input_wait_share"], padding_efficiency=1.0,
@@ -40,16 +48,17 @@ def measured_run(tiny_model_dir, loader_delay_s: float, steps: int = 6) -> RunFi
 
 
 def test_a_slowed_loader_is_diagnosed_as_input_bound(tiny_model_dir):
-    slow = measured_run(tiny_model_dir, loader_delay_s=0.25)  # far above a step, even on a loaded machine
+    slow = measured_run(tiny_model_dir, loader_delay_s=0.25)
     code, finding, knob = diagnose(slow)
-    assert code == "input" and slow.input_wait_share > 0.3
+    assert slow.input_wait_share == pytest.approx(0.25 / (0.25 + STEP_S))
+    assert code == "input" and slow.samples_per_s == pytest.approx(16 / (0.25 + STEP_S))
     assert "raise data.loader_workers from 0 to 2" in knob and "input-bound" in finding
 
 
 def test_a_normal_cpu_run_is_not_called_input_bound(tiny_model_dir):
     normal = measured_run(tiny_model_dir, loader_delay_s=0.0)
     code, finding, _ = diagnose(normal)
-    assert code == "compute" and normal.input_wait_share < 0.05 and normal.mfu > 0
+    assert code == "compute" and normal.input_wait_share == 0.0 and normal.mfu > 0
     assert "compute-bound on CPU" in finding
 
 
@@ -104,3 +113,26 @@ def test_the_console_gets_sentences_with_the_same_figures_and_no_markdown():
     markdown = report(figures)[0]  # the file keeps its table, with the same values
     assert markdown.startswith("# wellfed diagnosis\n\n**Bottleneck: input-bound 34%")
     assert "| input wait (share of step time) | 34.0% (worker0 30.0%, worker1 38.0%) |" in markdown
+
+
+def test_a_cpu_run_starved_by_other_processes_is_called_shared_not_compute_bound():
+    """The process's own CPU use (`workers/cpu_util_pct_mean`, 100 = one CPU): under half of
+    the CPUs it asked for, the machine was shared and no knob of the run's is the answer."""
+    base = {"workers/input_wait_share_mean": [0.001], "workers/padding_efficiency": [0.99],
+            "workers/mfu_mean": [0.08], "workers/samples_per_s": [22.8]}
+    starved = figures_from_history({**base, "workers/cpu_util_pct_mean": [38.0, 42.0]}, 0, 32,
+                                   cpus=2)
+    code, finding, knob = diagnose(starved)
+    assert code == "shared" and finding == ("the machine was shared: this process got 0.4 of "
+                                            "the 2 CPUs it asked for, other processes had the rest")
+    assert "rerun on a quiet machine" in knob and "more or faster devices" not in knob
+    text, metrics = report(starved)
+    assert "| CPU use (this process) | 0.4 of 2 CPUs |" in text and metrics["shared"] == 1.0
+    busy = figures_from_history({**base, "workers/cpu_util_pct_mean": [188.0, 192.0]}, 0, 32,
+                                cpus=2)
+    assert diagnose(busy)[0] == "compute" and report(busy)[1]["shared"] == 0.0
+    one = figures_from_history({**base, "workers/cpu_util_pct_mean": [60.0]}, 0, 32, cpus=1)
+    assert diagnose(one)[0] == "compute"  # 0.6 of its 1 CPU: more than half
+    gpu = figures_from_history({**base, "workers/cpu_util_pct_mean": [10.0],
+                                "workers/gpu_util_pct_mean": [97.0]}, 0, 32, cpus=2)
+    assert gpu.cpu_util_pct is None and diagnose(gpu)[0] == "compute"

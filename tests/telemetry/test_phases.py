@@ -1,21 +1,21 @@
 """Phases add up per name, and the train stage's worker parts replace its "train" phase."""
 
-import time
-
+from tests.conftest import CountedClock
 from wellfed.telemetry.phases import Phases
 
 
 def test_phases_add_up_per_name_in_first_seen_order():
-    clock = Phases({"imports": 1.5})
+    now = CountedClock()
+    clock = Phases({"imports": 1.5}, clock=now)
     with clock("steps"):
-        time.sleep(0.01)
+        now.advance(0.25)
     with clock("validation"):
-        pass
+        now.advance(0.125)
     with clock("steps"):
-        time.sleep(0.01)
+        now.advance(0.5)
     assert list(clock.seconds) == ["imports", "steps", "validation"]
-    assert clock.seconds["steps"] >= 0.02 and clock.seconds["validation"] < clock.seconds["steps"]
-    assert abs(clock.total() - sum(clock.seconds.values())) < 1e-12
+    assert clock.seconds == {"imports": 1.5, "steps": 0.75, "validation": 0.125}
+    assert clock.total() == 2.375
 
 
 def test_a_phase_that_raises_is_still_timed():

@@ -3,6 +3,7 @@ import time
 import pytest
 import torch
 
+from tests.conftest import CountedClock
 from wellfed.telemetry import gpu
 from wellfed.telemetry.peak import device_peak, table_peak
 from wellfed.track import tracking
@@ -47,27 +48,31 @@ def test_mfu_never_exceeds_one_when_the_peak_was_measured_too_low():
     from wellfed.telemetry.peak import Peak
 
     config = BertConfig(hidden_size=64, num_hidden_layers=2, intermediate_size=128)
-    meter = StepMeter(torch.device("cpu"), Peak(1e9, "estimate:planted slow matmul"), config)
-    meter.started -= 0.5  # half a second of "training" on 4,096 real of 4,608 computed tokens
+    clock = CountedClock()
+    meter = StepMeter(torch.device("cpu"), Peak(1e9, "estimate:planted slow matmul"), config,
+                      clock=clock)
+    clock.advance(0.5)  # half a second of "training" on 4,096 real of 4,608 computed tokens
     meter.count(128, 4096, 4608)
     figures = meter.interval()
     assert 0 < figures["mfu"] <= 1.0
     assert figures["mfu"] == pytest.approx(4096 / 4608, rel=1e-6)  # useful share of achieved
     assert meter.peak.flops > 1e9 and "raised to" in meter.peak.source
-    table = StepMeter(torch.device("cpu"), Peak(1e9, "table:planted"), config)
-    table.started -= 0.5
+    table = StepMeter(torch.device("cpu"), Peak(1e9, "table:planted"), config, clock=clock)
+    clock.advance(0.5)
     table.count(128, 4096, 4608)
     assert table.interval()["mfu"] == 1.0 and table.peak.flops == 1e9  # capped, table kept
 
 
 def test_cpu_sampler_records_cpu_figures():
-    sampler = gpu.DeviceSampler(torch.device("cpu"), interval_s=0.05).start()
+    """Not started, the sampler reads once at the snapshot, over all the work since it was made:
+    0.2 s of this process's own CPU time (counted, not a wall-clock deadline, which on a loaded
+    machine may pass before the process ran at all)."""
+    sampler = gpu.DeviceSampler(torch.device("cpu"))
     x = torch.randn(300, 300)
-    deadline = time.time() + 0.4
-    while time.time() < deadline:
+    start = time.process_time()
+    while time.process_time() - start < 0.2:
         x @ x
     snap = sampler.snapshot()
-    sampler.stop()
     assert sampler.kind == "cpu" and set(snap) == {"cpu_util_pct", "cpu_rss_gb"}
     assert snap["cpu_util_pct"] > 0 and snap["cpu_rss_gb"] > 0
 

@@ -221,7 +221,7 @@ def test_ranks_agree_on_the_smallest_budget(tmp_path):
     for p in procs:
         p.start()
     try:
-        got = dict(out.get(timeout=60) for _ in procs)
+        got = dict(out.get(timeout=600) for _ in procs)
     finally:
         for p in procs:
             p.join(timeout=10)

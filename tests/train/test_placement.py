@@ -1,7 +1,8 @@
 """Trials placed by Ray (train/placement.py) on a local Ray that declares 2 logical GPUs: whole
 GPUs go to at most two trials at once, each its own CUDA_VISIBLE_DEVICES, a third waits in
-Ray's queue and says so; shares of 0.5 run four at once. The trials here are stand-ins that
-record when and where they ran (the pipeline's own trials: tests/e2e/test_sweep.py)."""
+Ray's queue and says so; shares of 0.5 run four at once. The trials here are stand-ins that say
+where they run and wait until the test lets them go (the pipeline's own trials:
+tests/e2e/test_sweep.py)."""
 
 from __future__ import annotations
 
@@ -24,65 +25,127 @@ def two_gpus():
     ray.shutdown()
 
 
+@pytest.fixture
+def gate(two_gpus):
+    """Where the stand-in trials say they started (and on which GPUs) and wait to be let go:
+    the test decides when each trial ends, so which trials run together is counted, not read
+    from wall-clock stamps that a loaded machine spreads apart (a 3 s trial could end before
+    Ray had started the fourth)."""
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class Gate:
+        def __init__(self):
+            self.started, self.released, self.running, self.most = {}, set(), 0, 0
+
+        def start(self, label: str, devices: str) -> None:
+            self.started[label] = devices
+            self.running += 1
+            self.most = max(self.most, self.running)
+
+        def leaves(self, label: str) -> bool:
+            """Whether `label` was let go; it counts as ended from then on."""
+            if label in self.released:
+                self.running -= 1
+                return True
+            return False
+
+        def release(self, *labels: str) -> None:
+            self.released.update(labels)
+
+        def state(self) -> tuple[dict, int]:
+            return dict(self.started), self.most
+
+    return Gate.remote()
+
+
 def stand_in():
-    """A trial that records when and where it ran; made here, so that Ray ships it by value
-    (a Ray worker cannot import a test module by name)."""
-    def stamp(seconds: float) -> tuple[float, float, str]:
+    """A trial that says where it runs and waits to be let go; made here, so that Ray ships it
+    by value (a Ray worker cannot import a test module by name)."""
+    def trial(gate, label: str) -> str:
         import os
         import time
 
-        start = time.time()
-        time.sleep(seconds)
-        return start, time.time(), os.environ.get("CUDA_VISIBLE_DEVICES", "")
-    return stamp
+        import ray
+
+        devices = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        ray.get(gate.start.remote(label, devices))
+        while not ray.get(gate.leaves.remote(label)):
+            time.sleep(0.05)
+        return devices
+    return trial
 
 
-def run_trials(n: int, gpus: float, seconds: float = 3.0) -> list[tuple[float, float, str]]:
-    """`n` trials at once, as `dvc queue start -j n` starts them (a thread each here)."""
-    results: list = [None] * n
-
-    def trial(i):
-        results[i] = placement.run_placed(stand_in(), seconds, need=placement.request(1, gpus),
-                                          label=f"trial {i}")
-
-    threads = [threading.Thread(target=trial, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-        time.sleep(0.3)  # in order, so the last one finds the GPUs taken
-    for t in threads:
-        t.join(timeout=120)
-    return results
+def wait_for(condition, what: str, limit_s: float = 300) -> None:
+    """Poll `condition` until it holds; `limit_s` is a hang guard, not part of the verdict."""
+    deadline = time.monotonic() + limit_s
+    while not condition():
+        assert time.monotonic() < deadline, f"still waiting for {what}"
+        time.sleep(0.05)
 
 
-def running_at(results, t: float) -> list[str]:
-    """The devices of the trials running at time t."""
-    return [d for s, e, d in results if s <= t < e]
+def start_trial(gate, label: str, gpus: float, results: dict) -> threading.Thread:
+    """A trial, as `dvc queue start -j n` starts one (a thread here)."""
+    def run():
+        results[label] = placement.run_placed(stand_in(), gate, label,
+                                              need=placement.request(1, gpus), label=label)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
 
 
-def most_at_once(results) -> int:
-    return max(len(running_at(results, start)) for start, _, _ in results)
+def started(gate) -> dict:
+    import ray
+
+    return ray.get(gate.state.remote())[0]
 
 
-def test_whole_gpus_run_two_trials_at_once_on_their_own_gpus(two_gpus, capfd):
-    results = run_trials(3, gpus=1)
-    assert all(results) and most_at_once(results) == 2
-    for start, _, _ in results:  # trials running together have GPUs of their own
-        devices = running_at(results, start)
-        assert len(set(devices)) == len(devices)
-    assert {d for _, _, d in results} <= {"0", "1"}
-    assert "trial 2: waiting in Ray's queue for 1 CPU, 1 GPU" in capfd.readouterr().out
+def test_whole_gpus_run_two_trials_at_once_on_their_own_gpus(gate, capfd):
+    import ray
+
+    results: dict = {}
+    threads = [start_trial(gate, f"trial {i}", 1, results) for i in range(2)]
+    wait_for(lambda: len(started(gate)) == 2, "two trials to start")
+    wait_for(lambda: ray.available_resources().get("GPU", 0) == 0, "Ray to see both GPUs taken")
+    threads.append(start_trial(gate, "trial 2", 1, results))
+    out = ""
+
+    def said_it_waits() -> bool:
+        nonlocal out
+        out += capfd.readouterr().out
+        return "trial 2: waiting in Ray's queue" in out
+
+    wait_for(said_it_waits, "trial 2 to say it waits")
+    assert "trial 2: waiting in Ray's queue for 1 CPU, 1 GPU" in out
+    assert sorted(started(gate)) == ["trial 0", "trial 1"]  # it waits while both GPUs are held
+    ray.get(gate.release.remote("trial 0"))
+    wait_for(lambda: "trial 2" in started(gate), "trial 2 to start once trial 0 ended")
+    ray.get(gate.release.remote("trial 1", "trial 2"))
+    for thread in threads:
+        thread.join(timeout=300)
+    devices, most = ray.get(gate.state.remote())
+    assert most == 2 and devices["trial 0"] != devices["trial 1"]  # each its own GPU
+    assert devices["trial 2"] == devices["trial 0"]  # the GPU trial 0 gave back
+    assert set(devices.values()) == {"0", "1"} and results == devices
 
 
-def test_shares_of_a_gpu_run_four_trials_at_once(two_gpus):
-    results = run_trials(4, gpus=0.5)
-    assert all(results) and most_at_once(results) == 4
-    devices = [d for _, _, d in results]
-    assert sorted(devices).count("0") == 2 and sorted(devices).count("1") == 2
+def test_shares_of_a_gpu_run_four_trials_at_once(gate):
+    import ray
+
+    results: dict = {}
+    threads = [start_trial(gate, f"trial {i}", 0.5, results) for i in range(4)]
+    wait_for(lambda: len(started(gate)) == 4, "four trials on two GPUs at once")
+    ray.get(gate.release.remote(*(f"trial {i}" for i in range(4))))
+    for thread in threads:
+        thread.join(timeout=300)
+    devices, most = ray.get(gate.state.remote())
+    assert most == 4 and sorted(devices.values()) == ["0", "0", "1", "1"] and results == devices
 
 
 def test_a_trial_that_cannot_ever_fit_and_its_own_errors_are_one_line(two_gpus):
     with pytest.raises(ValueError, match="asks Ray for 3 GPU but the cluster has 2"):
-        placement.run_placed(stand_in(), 0, need=placement.request(1, 3))
+        placement.run_placed(stand_in(), None, "never", need=placement.request(1, 3))
 
     def boom():
         raise RuntimeError("loss was not finite")

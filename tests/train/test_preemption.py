@@ -37,14 +37,22 @@ def test_the_global_batches_do_not_depend_on_the_worker_count():
     assert plans[1] == plans[2] == plans[3]
 
 
+SENDERS: list[threading.Thread] = []
+
+
 @pytest.fixture
 def handlers():
     """Signals sent to this very process by `send_when_caught`; the handlers restored after,
-    and the watchdog's request (wellfed/watchdog.py) taken back."""
+    once every sender has finished (none may reach a later test), and the watchdog's request
+    (wellfed/watchdog.py) taken back."""
     from wellfed import watchdog
 
     saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
     yield
+    for thread in SENDERS:
+        thread.join(timeout=600)
+        assert not thread.is_alive(), "a signal sender never saw run_stoppable's handler"
+    SENDERS.clear()
     for s, handler in saved.items():
         signal.signal(s, handler)
     watchdog.requests_to(None)
@@ -52,16 +60,20 @@ def handlers():
 
 def send_when_caught(*signums: int, gap: float = 0.2) -> None:
     """From a thread: once run_stoppable has installed its handler, send `signums` to this
-    process (never before: SIGTERM would end the test run)."""
+    process (never before: SIGTERM would end the test run). The handler to wait past is read
+    here, before the thread starts: read in a thread started late, it was run_stoppable's own."""
+    original = signal.getsignal(signums[0])
+
     def send():
-        original = signal.getsignal(signums[0])
         while signal.getsignal(signums[0]) is original:
             time.sleep(0.01)
         for signum in signums:
             time.sleep(gap)
             os.kill(os.getpid(), signum)
 
-    threading.Thread(target=send, daemon=True).start()
+    thread = threading.Thread(target=send, daemon=True)
+    SENDERS.append(thread)
+    thread.start()
 
 
 def test_a_signal_asks_the_workers_to_stop_and_names_their_checkpoint(handlers, capsys):
@@ -71,7 +83,7 @@ def test_a_signal_asks_the_workers_to_stop_and_names_their_checkpoint(handlers, 
     requested = threading.Event()
     send_when_caught(signal.SIGTERM)
     with pytest.raises(Stopped) as stop:  # the "workers" return once asked, checkpoint at 7
-        run_stoppable(lambda: requested.wait(30), requested.set, lambda: 7, 76)
+        run_stoppable(lambda: requested.wait(300), requested.set, lambda: 7, 76)
     assert requested.is_set() and stop.value.exit_code == 143
     assert str(stop.value) == ("stopped by SIGTERM at step 7 of 76, checkpoint saved; rerun `dvc "
                                "repro` (or resubmit the same sbatch job) to resume from step 7")
@@ -98,7 +110,7 @@ def test_the_same_signal_again_at_once_is_the_same_request_said_in_one_line(hand
         threading.Timer(1.0, done.set).start()  # both signals are in by then
 
     with pytest.raises(Stopped) as stop:
-        run_stoppable(lambda: done.wait(30), request, lambda: 7, 76)
+        run_stoppable(lambda: done.wait(300), request, lambda: 7, 76)
     assert len(asked) == 1 and not stop.value.at_once and stop.value.exit_code == 143
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 3 and err[2] == f"[wellfed] {stop.value}", err  # said before Ray stops
@@ -130,7 +142,7 @@ def test_dvc_gone_while_stopping_is_the_same_request(handlers, capsys):
         done.set()
 
     with pytest.raises(Stopped) as stop:
-        run_stoppable(lambda: done.wait(30), request, lambda: 9, 76)
+        run_stoppable(lambda: done.wait(300), request, lambda: 9, 76)
     assert asked == [1] and str(stop.value).startswith("stopped by SIGTERM at step 9 of 76")
     assert capsys.readouterr().err.splitlines()[1:] == [
         "[wellfed] dvc (pid 4821) is gone (it exits at once on SIGTERM): the same request, the "
@@ -148,7 +160,7 @@ def test_dvc_gone_alone_stops_as_on_sigterm(handlers, capsys):
         while watchdog._state["request"] is None:
             time.sleep(0.01)
         watchdog._state["request"]("dvc (pid 4821) is gone")
-        requested.wait(30)
+        requested.wait(300)
 
     with pytest.raises(Stopped) as stop:
         run_stoppable(fit, requested.set, lambda: 12, 76)
@@ -167,11 +179,14 @@ preemption.DUPLICATE_S = 0.2  # the test's own: the second signal comes after it
 preemption.KILLED_WAIT_S = 1.0
 first, second, mark = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 
-def send():  # once the handlers are in, the two signals
+handled = threading.Event()
+
+def send():  # once the handlers are in, the first; once it was handled, past the window, the second
     while signal.getsignal(first) in (signal.default_int_handler, signal.SIG_DFL):
         time.sleep(0.01)
     os.kill(os.getpid(), first)
-    time.sleep(0.5)
+    handled.wait()  # counted, not a gap: the first's handler asked for the stop
+    time.sleep(preemption.DUPLICATE_S + 0.1)  # measured from the handling: past the window
     os.kill(os.getpid(), second)
 
 def killed():  # MLflow's set_terminated, here a file; "hang": a server that does not answer
@@ -180,7 +195,7 @@ def killed():  # MLflow's set_terminated, here a file; "hang": a server that doe
     open(mark, "w").write("KILLED")
 
 threading.Thread(target=send, daemon=True).start()
-preemption.run_stoppable(lambda: time.sleep(60), lambda: None, lambda: 20, 76,  # never returns
+preemption.run_stoppable(threading.Event().wait, handled.set, lambda: 20, 76,  # never returns
                          killed=killed)
 print("not reached")
 """
@@ -188,7 +203,7 @@ print("not reached")
 
 def at_once(first: int, second: int, mark: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", AT_ONCE, str(first), str(second), mark],
-                          capture_output=True, text=True, timeout=60, env=env())
+                          capture_output=True, text=True, timeout=600, env=env())
 
 
 def test_a_signal_sent_again_later_ends_the_stage_at_once_marking_the_run_killed(tmp_path):
@@ -221,7 +236,7 @@ def test_a_signal_during_the_last_step_still_stops_after_it(handlers):
     requested = threading.Event()
     send_when_caught(signal.SIGINT)
     with pytest.raises(Stopped) as stop:
-        run_stoppable(lambda: requested.wait(30) and "done", requested.set, lambda: 76, 76)
+        run_stoppable(lambda: requested.wait(300) and "done", requested.set, lambda: 76, 76)
     assert stop.value.exit_code == 130
     assert str(stop.value) == (
         "stopped by Ctrl-C (SIGINT) after the last step (76 of 76), checkpoint saved; rerun "
@@ -273,12 +288,12 @@ def test_the_sbatch_script_forwards_slurms_sigterm_waits_for_the_checkpoint_and_
                "SLURM_JOB_NODELIST": "node1", "SLURM_JOB_ID": "42"}
     job = subprocess.Popen(["bash", str(PROJECT / "scripts" / "slurm" / "wellfed.sbatch")],
                            env=job_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.time() + 30
+    deadline = time.time() + 300  # a hang guard, long enough for a loaded machine
     while "stage: training" not in log.read_text():
         assert time.time() < deadline and job.poll() is None, job.stdout.read()
         time.sleep(0.1)
     job.send_signal(signal.SIGTERM)  # `--signal=B:TERM@120`: the batch shell alone
-    out, _ = job.communicate(timeout=60)
+    out, _ = job.communicate(timeout=600)
     assert job.returncode == 0, out
     assert log.read_text().splitlines() == ["stage: training", "stage: SIGTERM",
                                             "stage: checkpointed", "scontrol requeue 42",

@@ -13,6 +13,7 @@ INPUT_BOUND = 0.10  # >10% of step time blocked on the next batch
 PADDING_WASTE = 0.15  # >15% of computed tokens are padding
 LOW_UTIL = 60.0  # GPU busy <60% of the time while not input-bound
 HEADROOM = 0.5  # >50% of GPU memory unused
+SHARED = 0.5  # a CPU run whose process got under half the CPUs it asked for: other processes had them
 
 
 @dataclass
@@ -29,6 +30,10 @@ class RunFigures:
     device_util_pct: float | None = None
     memory_used_share: float | None = None
     per_worker_wait: dict[int, float] = field(default_factory=dict)
+    cpu_util_pct: float | None = None
+    """A CPU run's process CPU use (100 = one CPU busy), mean over workers; None on GPUs."""
+    cpus: int = 1
+    """The CPUs each worker asked for (ray.cpus_per_worker: its torch threads)."""
 
 
 def mean(values: list[float]) -> float:
@@ -36,9 +41,11 @@ def mean(values: list[float]) -> float:
 
 
 def figures_from_history(history: dict[str, list[float]], loader_workers: int,
-                         micro_batch_size: int) -> RunFigures:
+                         micro_batch_size: int, cpus: int = 1) -> RunFigures:
     """history: metric key -> values over the run's report intervals (tracking.interval_metrics:
-    `workers/*`, and `worker<rank>/*` when there was more than one worker)."""
+    `workers/*`, and `worker<rank>/*` when there was more than one worker); `cpus`: each
+    worker's ray.cpus_per_worker."""
+    cpu = history.get("workers/cpu_util_pct_mean", [])
     workers = sorted({int(k.split("/")[0].removeprefix("worker")) for k in history
                       if k.split("/")[0].removeprefix("worker").isdigit()})
 
@@ -59,11 +66,26 @@ def figures_from_history(history: dict[str, list[float]], loader_workers: int,
         loader_workers=loader_workers, micro_batch_size=micro_batch_size,
         device_util_pct=mean(util) if util else None,
         memory_used_share=max(used) if used else None,
-        per_worker_wait={w: mean(history.get(f"worker{w}/input_wait_share", [])) for w in workers})
+        per_worker_wait={w: mean(history.get(f"worker{w}/input_wait_share", [])) for w in workers},
+        cpu_util_pct=mean(cpu) if cpu and not util else None, cpus=cpus)
+
+
+def shared(f: RunFigures) -> bool:
+    """A CPU run whose process got under SHARED of the CPUs it asked for: the machine was busy
+    with other work, so every speed figure measures the contention more than the run (this
+    machine's issue: `make run` beside other jobs got 0.4 of 2 CPUs and was called
+    compute-bound, with "add devices" as its knob)."""
+    return f.cpu_util_pct is not None and f.cpu_util_pct < SHARED * 100 * f.cpus
 
 
 def diagnose(f: RunFigures) -> tuple[str, str, str]:
     """(bottleneck code, one-line finding, knob to turn)."""
+    if shared(f):
+        return ("shared", f"the machine was shared: this process got "
+                f"{f.cpu_util_pct / 100:.1f} of the {f.cpus} CPU{'s' if f.cpus > 1 else ''} it "
+                "asked for, other processes had the rest",
+                "none to turn yet: rerun on a quiet machine (or with ray.cpus_per_worker set to "
+                "the CPUs it can have) before reading the speed figures below")
     if f.input_wait_share >= INPUT_BOUND:
         target = max(2, 2 * f.loader_workers)
         return ("input", f"input-bound {f.input_wait_share:.0%} of step time",
@@ -96,6 +118,8 @@ def table(f: RunFigures) -> list[tuple[str, str]]:
             ("padding waste", f"{1 - f.padding_efficiency:.1%}"),
             ("MFU (useful tokens)", f"{f.mfu:.1%}"),
             ("device utilisation", util), ("memory headroom", headroom),
+            *([("CPU use (this process)", f"{f.cpu_util_pct / 100:.1f} of {f.cpus} CPUs")]
+              if f.cpu_util_pct is not None else []),
             ("throughput", f"{f.samples_per_s:.1f} samples/s")]
 
 
@@ -110,6 +134,8 @@ def report(f: RunFigures) -> tuple[str, dict[str, float]]:
                "input_bound": float(code == "input")}
     if f.device_util_pct is not None:
         metrics["device_util_pct"] = f.device_util_pct
+    if f.cpu_util_pct is not None:
+        metrics.update(cpu_util_pct=f.cpu_util_pct, shared=float(code == "shared"))
     return text, metrics
 
 

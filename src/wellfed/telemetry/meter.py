@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from typing import Callable
 
 import torch
 
@@ -22,29 +23,33 @@ log = logging.getLogger(__name__)
 
 
 class StepMeter:
-    def __init__(self, device: torch.device, peak: Peak, model_config):
+    def __init__(self, device: torch.device, peak: Peak, model_config,
+                 clock: Callable[[], float] = time.perf_counter):
         self.cuda = device.type == "cuda"
         self.peak, self.model_config = peak, model_config
+        self.now = clock
+        """Host seconds from some start: perf_counter; a test's own clock (one its stand-in
+        loader and step advance) makes the shares exact whatever the machine's load."""
         self.warned = False
         self.reset()
 
     def reset(self) -> None:
-        self.started = time.perf_counter()
+        self.started = self.now()
         self.input_wait = self.copy = 0.0
         self.rows = self.real = self.padded = 0
         self._events: list[tuple] = []
 
     @contextlib.contextmanager
     def waiting(self):
-        start = time.perf_counter()
+        start = self.now()
         yield
-        self.input_wait += time.perf_counter() - start
+        self.input_wait += self.now() - start
 
     @contextlib.contextmanager
     def copying(self):
-        start = time.perf_counter()
+        start = self.now()
         yield
-        self.copy += time.perf_counter() - start
+        self.copy += self.now() - start
 
     @contextlib.contextmanager
     def computing(self):
@@ -64,7 +69,7 @@ class StepMeter:
 
     def interval(self) -> dict[str, float]:
         """This worker's figures since the last reset (call right after the report's all-reduce)."""
-        elapsed = max(time.perf_counter() - self.started, 1e-9)
+        elapsed = max(self.now() - self.started, 1e-9)
         if self.cuda:
             compute = sum(b.elapsed_time(e) for b, e in self._events) / 1000.0
         else:

@@ -201,9 +201,11 @@ def run_stoppable(fit: Callable[[], T], request: Callable[[], object],
         if why:
             print(f"[wellfed] {why}: stopping this stage as on SIGTERM", file=sys.stderr,
                   flush=True)
-        request()
+        # The line first, whole, then the request: a second signal that the request's effects
+        # let in cannot cut the line short and glue its own onto it.
         print(f"[wellfed] {said(signum)}: finishing the current step and saving a "
               "checkpoint (send it again to stop at once)", file=sys.stderr, flush=True)
+        request()
 
     def on_signal(signum, frame) -> None:
         if not first:

@@ -29,7 +29,6 @@ gathered in the driver before Ray Data takes them (`from_blocks` takes a list).
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import logging
 import sys
@@ -42,14 +41,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from wellfed.cli import guarded
 from wellfed.data import sources
 from wellfed.outputs import atomic_path
 from wellfed.texts import TRUNCATED, truncation_line
 from wellfed.use import serving
+from wellfed.use.predict_command import CHUNK_ROWS
 from wellfed.use.registered import model_folder
 
-CHUNK_ROWS = 8192  # rows per model pass: bounds memory, keeps the length buckets full
 
 
 def input_chunks(input_path: str | Path, text_columns: list, *, fmt: str = "auto",
@@ -163,8 +161,10 @@ def write_predictions(predictions: Iterable[pd.DataFrame], output_path: Path,
     whole or not at all; return the rows written. `counts`, when given, gets the rows flagged
     `truncated` under that key."""
     rows, last, cut = 0, -1, 0
+    # disable=None: on a terminal only; into a pipe or a log its redraws would glue the next
+    # line onto the bar (as prepare's and tokenize's bars)
     with atomic_path(output_path) as tmp, tqdm(desc="predict", unit="rows", mininterval=1.0,
-                                               leave=False) as bar:
+                                               leave=False, disable=None) as bar:
         writer = None
         for out in predictions:
             if not len(out):
@@ -251,38 +251,11 @@ def stage_entry(addressing: str, inputs: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="wellfed-predict", description=__doc__.split(
-        "\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model", help="a registered model, models:/wellfed-classifier@champion "
-                        "(in $MLFLOW_TRACKING_URI, else ./mlflow.db), or a model directory "
-                        "(data/model: the last run in this workspace)")
-    parser.add_argument("input", help="an unlabelled CSV, TSV, JSONL or Parquet file")
-    parser.add_argument("output", help="where the predictions go (.parquet or .csv)")
-    parser.add_argument("--text-column", action="append", dest="text_columns",
-                        help="the text column (a name or 0-based position); twice for a pair "
-                             "(default: the columns the model was trained on)")
-    parser.add_argument("--no-header", action="store_true", help="CSV/TSV line 1 is data")
-    parser.add_argument("--format", default="auto", choices=["auto", "csv", "tsv", "jsonl",
-                                                             "parquet"])
-    parser.add_argument("--quoting", default="auto", choices=["auto", "none", "csv"])
-    parser.add_argument("--workers", type=int, default=0,
-                        help="Ray Data workers (one GPU or CPU each) on a local Ray or the "
-                             "cluster $RAY_ADDRESS names; 0 = this process only (default)")
-    parser.add_argument("--chunk-rows", type=int, default=CHUNK_ROWS,
-                        help=f"rows per model pass (default {CHUNK_ROWS})")
-    args = parser.parse_args(argv)
-    if args.workers < 0 or args.chunk_rows < 1:
-        parser.error("--workers must be >= 0 and --chunk-rows >= 1")
+    """`python -m wellfed.use.predict`: the command line of wellfed.use.predict_command (whose
+    own `main`, `wellfed-predict`, parses its arguments before importing this module)."""
+    from wellfed.use.predict_command import main as command
 
-    def run() -> None:
-        rows = predict_file(args.model, args.input, args.output,
-                            text_columns=args.text_columns, fmt=args.format,
-                            header=not args.no_header, quoting=args.quoting,
-                            chunk_rows=args.chunk_rows, workers=args.workers)
-        on = f" on {args.workers} Ray worker(s)" if args.workers else ""
-        print(f"[wellfed] predict: {rows} rows of {args.input} -> {args.output}{on}")
-
-    guarded(run, "predict")
+    command(argv)
 
 
 if __name__ == "__main__":
