@@ -40,6 +40,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 if str(SRC) not in sys.path:  # run from a clone without `pip install -e .`
     sys.path.insert(0, str(SRC))
 
+from wellfed.track.store_copy import copy_store  # noqa: E402
 from wellfed.track.stores import check_database, shown  # noqa: E402
 
 ROLE = DATABASE = "mlflow"
@@ -224,8 +225,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", default=5000, type=int)
     parser.add_argument("--workers", default=4, type=int, help="server worker processes")
     parser.add_argument("--pg-uri", default="",
-                        help="an existing PostgreSQL database (postgresql://USER:PASSWORD@HOST:"
-                             "PORT/DB) instead of one of its own")
+                        help="an existing PostgreSQL database (postgresql+psycopg://USER:"
+                             "PASSWORD@HOST:PORT/DB) instead of one of its own")
+    parser.add_argument("--import", dest="source", type=Path,
+                        help="move a project's store (its mlflow.db, with the mlruns/ beside "
+                             "it) into this one, fresh, before the server starts (docs/team.md)")
     args = parser.parse_args(argv)
     folder = args.dir.resolve()
     postgres = None
@@ -238,6 +242,11 @@ def main(argv: list[str] | None = None) -> int:
             postgres.start()
             backend = postgres.uri
         check_database(backend, "--pg-uri" if args.pg_uri else "the team store's PostgreSQL")
+        if args.source:
+            copied = copy_store(args.source.resolve(), backend, folder / "artifacts")
+            print(f"[wellfed] moved {args.source} in: {copied.get('runs', 0)} run(s), "
+                  f"{copied.get('metrics', 0)} metric value(s), "
+                  f"{copied.get('model_versions', 0)} model version(s)", flush=True)
         server = start_server(backend, folder / "artifacts", args.host, args.port, args.workers,
                               folder / "server.log")
     except (StoreError, ValueError) as err:

@@ -62,7 +62,7 @@ class RayCluster:
         self.address = f"127.0.0.1:{self.port}"
         self.env = {**(base_env or os.environ), "RAY_ADDRESS": self.address,
                     "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
-        self.nodes: list[subprocess.Popen | None] = []
+        self.nodes: list[subprocess.Popen | None] = [None] * len(cpus)
 
     def folder(self, i: int) -> Path:
         return self.root / f"node{i}"
@@ -79,9 +79,9 @@ class RayCluster:
         else:
             args += [f"--address={self.address}"]
         env = {k: v for k, v in self.env.items() if k != "RAY_ADDRESS"}
-        log = open(self.root / f"ray-start-{i}.log", "w")
-        self.nodes.append(subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                           stdin=subprocess.DEVNULL, start_new_session=True))
+        log = open(self.root / f"ray-start-{i}.log", "a")
+        self.nodes[i] = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
 
     def start(self, timeout: float = 180) -> RayCluster:
         """Start every node, one after the other; return once all are alive."""
@@ -158,6 +158,17 @@ class RayCluster:
         self.nodes[i] = None
         return killed
 
+    def restart_node(self, i: int, timeout: float = 180) -> None:
+        """Start killed node `i` again, as a replacement machine joins: a new raylet (a new
+        node id) in the same folder; return once it is alive."""
+        assert self.nodes[i] is None, f"node {i} is running"
+        self._start_node(i)
+        self.wait_for_nodes(sum(node is not None for node in self.nodes), timeout)
+
+    def head_id(self) -> str:
+        """The head's node id (the one holding Ray's `node:__internal_head__` resource)."""
+        return next(n["id"] for n in self.alive() if "node:__internal_head__" in n["resources"])
+
     def stop(self) -> None:
         """End every node and every process of the cluster at once (SIGKILL: a test cluster
         keeps nothing worth an orderly stop, which took 15 s here), until none is left."""
@@ -177,7 +188,7 @@ class RayCluster:
         for node in self.nodes:
             if node is not None:
                 node.wait(timeout=30)
-        self.nodes = []
+        self.nodes = [None] * len(self.cpus)
         shutil.rmtree(self.root, ignore_errors=True)
 
 

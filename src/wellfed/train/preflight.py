@@ -113,7 +113,10 @@ def check_stores(uri: str, configured: str, project: Path) -> None:
     nothing is trained or written."""
     from wellfed.track import stores
 
-    stores.check_store(uri, stores.setting(configured))
+    try:
+        stores.check_store(uri, stores.setting(configured))
+    except ValueError as err:
+        raise ValueError(f"{err}; nothing was trained") from None
     check_remote(project)
 
 
