@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.pipeline import env, make_project, mlflow_runs, run
+from tests.e2e.pipeline import PROJECT, env, make_project, mlflow_runs, run
 from tests.e2e.teamstore import postgres_or_skip, script
 
 pytestmark = pytest.mark.e2e
@@ -40,6 +40,8 @@ def alice(tmp_path_factory, tiny_model_dir) -> tuple[Path, Path, str]:
                          "ray": {"num_workers": 1, "cpus_per_worker": 1}},
                  {"train.tsv": 120, "dev.tsv": 30, "test.tsv": 30})
     shutil.copytree(tiny_model_dir, clone / "models" / "tiny")
+    # The project's own: what a clone lacks (the time reports, checkpoints) is what it ignores.
+    shutil.copy(PROJECT / "data" / ".gitignore", clone / "data" / ".gitignore")
     run(["dvc", "remote", "add", "-d", "team", str(remote)], clone)  # in .dvc/config: shared
     run(["dvc", "repro"], clone)
     pushed = run(["dvc", "push"], clone).stdout
@@ -96,10 +98,10 @@ def test_a_project_store_moves_into_a_fresh_team_store_whole(alice, tmp_path):
     folder.chmod(0o755)  # PostgreSQL's own user must enter it (as root: postgres)
     port = script().free_port()
     log = open(tmp_path / "team-store.log", "w")
-    server = subprocess.Popen(["python", "scripts/team_store.py", "--dir", str(folder / "s"),
-                               "--port", str(port), "--workers", "1", "--import",
-                               str(alice / "mlflow.db")], cwd=alice, env=env(), stdout=log,
-                              stderr=subprocess.STDOUT, start_new_session=True)
+    server = subprocess.Popen(["python", str(PROJECT / "scripts" / "team_store.py"),
+                               "--dir", str(folder / "s"), "--port", str(port), "--workers", "1",
+                               "--import", str(alice / "mlflow.db")], cwd=alice, env=env(),
+                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.time() + 300
         while "Ctrl-C stops it" not in (tmp_path / "team-store.log").read_text():
@@ -121,8 +123,8 @@ def test_a_project_store_moves_into_a_fresh_team_store_whole(alice, tmp_path):
         assert {f.path for f in moved.list_artifacts(after.info.run_id, "eval")} == {
             f.path for f in client.list_artifacts(before.info.run_id, "eval")}
         there = moved.get_model_version_by_alias("wellfed-classifier", "champion")
-        assert (there.version, there.run_id, there.tags) == (champion.version, champion.run_id,
-                                                             champion.tags)
+        assert (str(there.version), there.run_id, there.tags) == (  # REST gives str, sqlite int
+            str(champion.version), champion.run_id, champion.tags)
         out = tmp_path / "p.parquet"
         served = subprocess.run(["wellfed-predict", "models:/wellfed-classifier@champion",
                                  "data/raw/test.tsv", str(out)], cwd=alice,

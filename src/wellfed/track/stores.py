@@ -64,8 +64,10 @@ WAIT_ENV = "WELLFED_TRACKING_WAIT_S"
 
 def wait_s() -> float:
     """How long a store that refuses connections gets to come back: $WELLFED_TRACKING_WAIT_S,
-    else 30 s (an MLflow server's start on PostgreSQL took 10-40 s here)."""
-    return float(os.environ.get(WAIT_ENV) or 30)
+    else 120 s. A restart of the team store's server took 73 s in the e2e sweep on this loaded
+    2-core machine, and a trial whose train stage starts then must wait, not fail; MLflow's own
+    client waits ~4 minutes before it gives up a call (7 retries with backoff)."""
+    return float(os.environ.get(WAIT_ENV) or 120)
 
 
 def transient(error: str) -> bool:
