@@ -338,3 +338,71 @@ def test_the_champion_is_served_and_the_sweep_compared_through_the_server(store,
     assert f"sweep {SWEEP}: best trial " in proc.stdout
     assert f"{len(RECIPES) * len(SEEDS)} of {len(RECIPES) * len(SEEDS)} trials evaluated" in \
         proc.stdout
+
+
+PROMOTE = """
+import sys, time
+from wellfed.track import registry
+uri, start, spacing = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+for round_, job in enumerate(sys.argv[4:]):
+    name, version, value = job.split(":")
+    time.sleep(max(start + round_ * spacing - time.time(), 0))  # both decide at this instant
+    print(registry.promote(uri, name, version, "champion", "eval/macro_f1", float(value),
+                           "split-fingerprint", "test").line(), flush=True)
+"""
+ROUNDS = 10
+
+
+def test_two_trials_finishing_at_the_same_moment_leave_champion_on_the_better(store):
+    """Two evaluate stages (two processes, as on two nodes) rank their versions through the
+    server at the same instant, 10 times over, the order of the two swapped every round:
+    @champion ends on the better one every time, and each version's reason says what it is.
+    Before the ranking lock (track/registry.py) the first round already failed: both versions
+    said they took @champion from no version."""
+    import sys
+
+    import mlflow
+
+    client = mlflow.MlflowClient(store.uri)
+    experiment = client.create_experiment("simultaneous")
+    jobs: list[list[str]] = [[], []]
+    pairs = []
+    for round_ in range(ROUNDS):
+        name = f"simultaneous-{round_}"
+        client.create_registered_model(name)
+        runs = [client.create_run(experiment).info.run_id for _ in range(2)]
+        better, worse = (client.create_model_version(name, f"runs:/{run_id}/model", run_id)
+                         for run_id in runs)
+        first, second = (better, "0.91"), (worse, "0.87")
+        if round_ % 2:  # the other process gets the better one
+            first, second = second, first
+        for job, (version, value) in zip(jobs, (first, second)):
+            job.append(f"{name}:{version.version}:{value}")
+        pairs.append((name, better.version, worse.version))
+    start = time.time() + 20  # both processes are up and have imported MLflow by then
+    procs = [subprocess.Popen([sys.executable, "-c", PROMOTE, store.uri, str(start), "2",
+                               *job], env=env(), stdout=subprocess.PIPE, text=True)
+             for job in jobs]
+    lines = [p.communicate(timeout=600)[0].strip() for p in procs]
+    assert all(p.returncode == 0 for p in procs), lines
+    assert time.time() < start + ROUNDS * 2 + 60, "the processes started late: no overlap"
+    held = 0
+    for round_, (name, better, worse) in enumerate(pairs):
+        champion = client.get_model_version_by_alias(name, "champion")
+        tags = {v: client.get_model_version(name, v).tags for v in (better, worse)}
+        reasons = {v: t["wellfed.champion.reason"] for v, t in tags.items()}
+        held += champion.version == better
+        assert champion.version == better, (round_, lines, reasons)
+        assert reasons[better].startswith("@champion: eval/macro_f1 0.9100 on the test"), reasons
+        # The worse one either never took the alias, or held it first and was beaten: either
+        # way the two reasons tell one story.
+        if reasons[worse].startswith("@champion: "):
+            assert tags[better]["wellfed.champion.previous"] == worse and reasons[better].endswith(
+                f"beats version {worse}'s 0.8700 on the same split"), reasons
+        else:
+            assert reasons[worse].startswith(
+                "not @champion: scored eval/macro_f1 0.8700 on the test split, not above version "
+                f"{better}'s 0.9100"), reasons
+    assert not [m.name for m in client.search_registered_models() if m.name.endswith(".lock")]
+    print(f"\ntwo versions ranked at the same instant, {ROUNDS} times: @champion on the better "
+          f"one {held} times of {ROUNDS}, each with its reason")

@@ -12,8 +12,10 @@ version and the logged model name each other (the UI shows the link both ways).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import time
 from dataclasses import dataclass
 
 
@@ -129,19 +131,64 @@ def promote(uri: str, name: str, version: str | int, alias: str, metric: str, va
     for key, text in ((METRIC, metric), (VALUE, repr(float(value))), (SPLIT, split),
                       (SPLIT_NAME, split_name)):
         client.set_model_version_tag(name, version, key, text)
-    current = holder(client, name, alias)
-    if current is not None and number(current) == version:  # evaluated again: still the holder
-        return Verdict(name, version, alias, version, False, "holds it already")
-    moves, why = judge(version, metric, float(value), split, split_name, current)
-    if moves:
-        client.set_registered_model_alias(name, alias, version)
-        client.set_model_version_tag(name, version, PREVIOUS,
-                                     number(current) if current is not None else "none")
-    client.set_model_version_tag(name, version, REASON, f"@{alias}: {why}" if moves else
-                                 f"not @{alias}: {why}")
+    with ranking(client, name, alias):  # read, judge, move and say why: one step
+        current = holder(client, name, alias)
+        if current is not None and number(current) == version:  # evaluated again: still holds it
+            return Verdict(name, version, alias, version, False, "holds it already")
+        moves, why = judge(version, metric, float(value), split, split_name, current)
+        if moves:
+            client.set_registered_model_alias(name, alias, version)
+            client.set_model_version_tag(name, version, PREVIOUS,
+                                         number(current) if current is not None else "none")
+        client.set_model_version_tag(name, version, REASON, f"@{alias}: {why}" if moves else
+                                     f"not @{alias}: {why}")
     return Verdict(name, version, alias,
                    version if moves else (number(current) if current is not None else None),
                    moves, why)
+
+
+LOCK_STALE_S = 60.0
+"""A ranking lock older than this was left by an evaluation killed inside it (a ranking takes
+well under a second): the next one removes it."""
+
+
+@contextlib.contextmanager
+def ranking(client, name: str, alias: str, wait_s: float = 120.0):
+    """Hold the store-wide lock on ranking versions of `name` for `alias`. Two evaluations at
+    once (trials finishing together, on any nodes) each read the holder before the other moved
+    it, and the last alias write won, not the better version: through a tracking server both
+    versions of an exact overlap took the alias "from no version", and in one round of two the
+    worse one kept it (tests/e2e/test_team.py). MLflow has no compare-and-set, but creating
+    a registered model that exists fails in the store's own database: a registered model named
+    `<name>.<alias>.lock`, made and deleted around the decision, is the lock (the registry lists
+    it only while a ranking runs, or until the next one after a killed evaluation)."""
+    from mlflow.exceptions import MlflowException
+
+    lock = f"{name}.{alias}.lock"
+    deadline = time.time() + wait_s
+    while True:
+        try:
+            client.create_registered_model(lock, description=(
+                f"held while wellfed ranks a version of {name} for @{alias} (under a second); "
+                f"one older than {LOCK_STALE_S:g} s is stale and removed by the next ranking"))
+            break
+        except MlflowException as err:
+            if "already exists" not in str(err).lower() and "ALREADY_EXISTS" not in str(err):
+                raise
+        with contextlib.suppress(MlflowException):  # held: by whom, since when
+            made = client.get_registered_model(lock).creation_timestamp / 1000
+            if time.time() - made > LOCK_STALE_S:
+                client.delete_registered_model(lock)
+                continue
+        if time.time() > deadline:
+            raise TimeoutError(f"models:/{name}@{alias} stayed locked by another evaluation for "
+                               f"{wait_s:g} s; delete the registered model {lock} if none runs")
+        time.sleep(0.2)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(MlflowException):
+            client.delete_registered_model(lock)
 
 
 ALIAS_TAG = "wellfed.alias"
