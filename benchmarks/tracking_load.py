@@ -40,6 +40,9 @@ PACE_S = 0.5
 """Seconds between a reporter's reports: 10 steps of a small model on a GPU, or of the tiny
 test model on a CPU; a MiniLM step on this CPU is ~0.3 s, so reports 3 s apart there."""
 PROCESSES = 8
+START_S = 60.0
+"""The reporters start together this long after their processes: 8 processes import MLflow
+and open their store in ~20-40 s on this loaded 2-core machine."""
 STEPS_PER_REPORT = 10
 KEYS_PER_STEP = 4  # train/loss, train/lr, train/grad_norm, train/epoch
 
@@ -61,10 +64,17 @@ def report(rank_step: int, steps_total: int) -> dict:
                         "cpu", {"steps": PACE_S}).as_dict()
 
 
-def reporter(uri: str, run_id: str, backlog: str, out: list) -> None:
-    """One trial's driver side: REPORTS reports, PACE_S apart, then the end-of-training flush."""
+def reporter(uri: str, run_id: str, backlog: str, start: float, out: list) -> None:
+    """One trial's driver side: REPORTS reports, PACE_S apart from `start` on, then the
+    end-of-training flush."""
+    import mlflow
+
     from wellfed.track import tracking
     from wellfed.train import callback
+
+    # A trial's driver opened its run (and so its store: sqlite's engine, the server's
+    # connection) long before its first report; so does this one, untimed.
+    mlflow.MlflowClient(uri).get_run(run_id)
 
     errors: list[str] = []
     real_send = tracking.send_metrics
@@ -81,6 +91,8 @@ def reporter(uri: str, run_id: str, backlog: str, out: list) -> None:
     cb.last_step = 0  # a fresh run: no history to look up first
     total = REPORTS * STEPS_PER_REPORT
     latencies = []
+    late = time.time() > start  # its process was not ready in time: the overlap is smaller
+    time.sleep(max(start - time.time(), 0))  # every reporter starts at once
     for i in range(1, REPORTS + 1):
         started = time.perf_counter()
         cb.after_report(None, [report(i * STEPS_PER_REPORT, total)], None)
@@ -91,18 +103,18 @@ def reporter(uri: str, run_id: str, backlog: str, out: list) -> None:
         callback.flush_backlog(uri, run_id, backlog)
     except Exception as err:  # what the stage would say: training done, metrics still waiting
         flush_error = str(err)[:200]
-    out.append({"latencies": latencies, "errors": errors, "flush_error": flush_error})
+    out.append({"latencies": latencies, "errors": errors, "flush_error": flush_error,
+                "late": late})
 
 
-def process(uri: str, runs: list[str], folder: str, queue) -> None:
+def process(uri: str, runs: list[str], folder: str, start: float, queue) -> None:
     import contextlib
     import io
 
     out: list = []
     with contextlib.redirect_stdout(io.StringIO()):  # the callback's progress lines
-        threads = [threading.Thread(target=reporter, args=(uri, run_id,
-                                                           f"{folder}/{run_id}.jsonl", out))
-                   for run_id in runs]
+        threads = [threading.Thread(target=reporter, args=(
+            uri, run_id, f"{folder}/{run_id}.jsonl", start, out)) for run_id in runs]
         for t in threads:
             t.start()
         for t in threads:
@@ -121,21 +133,24 @@ def measure(uri: str, n: int, folder: Path) -> dict:
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     started = time.time()
-    procs = [ctx.Process(target=process, args=(uri, group, str(folder), queue))
+    start = started + START_S  # after every process has imported MLflow and opened its runs
+    procs = [ctx.Process(target=process, args=(uri, group, str(folder), start, queue))
              for group in groups]
     for p in procs:
         p.start()
     results = [r for _ in procs for r in queue.get()]
     for p in procs:
         p.join()
-    wall = time.time() - started
+    wall = time.time() - start
     client = mlflow.MlflowClient(uri)
     stored = sum(len(client.get_metric_history(run_id, key)) for run_id in runs
                  for key in ("train/loss", "train/lr", "train/grad_norm", "train/epoch"))
     expected = n * REPORTS * STEPS_PER_REPORT * KEYS_PER_STEP
     latencies = sorted(x for r in results for x in r["latencies"])
     errors = [e for r in results for e in r["errors"]]
+    late = sum(r["late"] for r in results)
     return {"reporters": n, "reports": len(latencies), "wall_s": round(wall, 1),
+            "reporters_started_late": late,
             "p50_ms": round(1000 * statistics.median(latencies), 1),
             "p99_ms": round(1000 * latencies[int(0.99 * (len(latencies) - 1))], 1),
             "reports_failed_at_first": len(errors),

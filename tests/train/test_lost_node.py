@@ -87,3 +87,9 @@ def test_a_placed_trial_is_sent_again_only_for_a_lost_node_or_process():
                     "into the same MLflow run, where Ray has room")
     given_up = lost_node.placed_given_up("run wf-1", 2, None, ray.exceptions.WorkerCrashedError())
     assert "3 time(s), more than ray.max_failures: 2 restarts; no checkpoint yet" in str(given_up)
+
+
+def test_strict_spread_counts_one_worker_per_node():
+    nodes = [{"CPU": 4.0}, {"CPU": 4.0}]
+    assert lost_node.room_left(nodes, PER_WORKER, 3) is None  # 8 slots for 3 workers
+    assert lost_node.room_left(nodes, PER_WORKER, 3, "STRICT_SPREAD") == 2  # two nodes

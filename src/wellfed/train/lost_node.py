@@ -28,10 +28,15 @@ LOST_TAG = "wellfed.lost_node"
 """Run tag: what a lost node did to the run, in the console's words (the latest time)."""
 
 
-def room_left(nodes: list[dict], per_worker: dict[str, float], workers: int) -> int | None:
+def room_left(nodes: list[dict], per_worker: dict[str, float], workers: int,
+              strategy: str = "PACK") -> int | None:
     """After training failed: how many workers fit the cluster's live `nodes` now, when that is
-    fewer than `workers` (a node was lost); None when they all still fit (another failure)."""
-    room = cluster.room(nodes, per_worker)
+    fewer than `workers` (a node was lost); None when they all still fit (another failure).
+    STRICT_SPREAD places one worker per node."""
+    if strategy == "STRICT_SPREAD":
+        room = sum(cluster.room([node], per_worker) > 0 for node in nodes)
+    else:
+        room = cluster.room(nodes, per_worker)
     return room if room < workers else None
 
 
@@ -75,7 +80,7 @@ def after_ray_train(workers: RayConfig, asked: RayConfig, per_worker: dict[str, 
     from wellfed.train.mlflow_run import world_size_change
 
     nodes = cluster.live_nodes()
-    room = room_left(nodes, per_worker, workers.num_workers)
+    room = room_left(nodes, per_worker, workers.num_workers, workers.placement_strategy)
     if room is None:
         return None
     if room == 0 or asked.on_lost_node == "stop":
