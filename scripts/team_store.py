@@ -173,6 +173,17 @@ class Postgres:
         return f"-p {self.port} -k {self.sockets} -c listen_addresses=127.0.0.1"
 
 
+def allowed_hosts(host: str) -> list[str]:
+    """The Host headers the server answers. MLflow's default is loopback and private IPs, so a
+    client that names this machine (http://mlflow-host:5000) would be refused: when it listens
+    beyond loopback, this machine's names are added."""
+    from mlflow.server.security_utils import get_default_allowed_hosts
+
+    names = {socket.gethostname(), socket.getfqdn()} if host not in ("127.0.0.1", "localhost",
+                                                                   "::1") else set()
+    return get_default_allowed_hosts() + [f"{name}:*" for name in sorted(names)]
+
+
 def start_server(backend: str, artifacts: Path, host: str, port: int, workers: int = 4,
                  log: Path | None = None, timeout: float = 120) -> subprocess.Popen:
     """`mlflow server` on `backend`, proxying artifacts stored in `artifacts`, in a session of
@@ -182,7 +193,8 @@ def start_server(backend: str, artifacts: Path, host: str, port: int, workers: i
     proc = subprocess.Popen(
         [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend,
          "--artifacts-destination", str(artifacts.resolve()), "--serve-artifacts",
-         "--host", host, "--port", str(port), "--workers", str(workers)],
+         "--host", host, "--port", str(port), "--workers", str(workers),
+         "--allowed-hosts", ",".join(allowed_hosts(host))],
         stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "1"})
     url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}/health"
