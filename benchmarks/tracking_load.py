@@ -162,8 +162,8 @@ def measure(uri: str, n: int, folder: Path) -> dict:
 
 
 def main() -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
-    from teamstore import team_store  # PostgreSQL + MLflow server, as `make team-store`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.e2e.teamstore import team_store  # PostgreSQL + MLflow server: make team-store
 
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     facts = machine()

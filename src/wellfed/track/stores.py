@@ -117,7 +117,7 @@ def server_error(uri: str) -> str | None:
 
 
 def server_line(uri: str, where: str, error: str) -> str:
-    fix_uri = (f"unset MLFLOW_TRACKING_URI or point it at the server" if where.startswith("$")
+    fix_uri = ("unset MLFLOW_TRACKING_URI or point it at the server" if where.startswith("$")
                else f"fix {where} in params.yaml, or set it to \"\" for the project's sqlite store")
     head = f"{where} = {shown(uri)}:"
     if any(w in error for w in ("refused", "timed out", "not known", "nodename nor servname",
