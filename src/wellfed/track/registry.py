@@ -158,7 +158,7 @@ def ranking(client, name: str, alias: str, wait_s: float = 120.0):
     once (trials finishing together, on any nodes) each read the holder before the other moved
     it, and the last alias write won, not the better version: through a tracking server both
     versions of an exact overlap took the alias "from no version", and in one round of two the
-    worse one kept it (tests/e2e/test_team.py). MLflow has no compare-and-set, but creating
+    worse one kept it (tests/e2e/test_team_checks.py). MLflow has no compare-and-set, but creating
     a registered model that exists fails in the store's own database: a registered model named
     `<name>.<alias>.lock`, made and deleted around the decision, is the lock (the registry lists
     it only while a ranking runs, or until the next one after a killed evaluation)."""
