@@ -16,7 +16,7 @@ export MLFLOW_DISABLE_TELEMETRY ?= true
 export RAY_USAGE_STATS_ENABLED ?= 0
 export HF_HUB_DISABLE_TELEMETRY ?= 1
 
-.PHONY: install run test test-fast ui bench clean
+.PHONY: install run test test-fast ui team-store bench clean
 install: $(VENV)/.installed .dvc/tmp/plots.html
 
 # `dvc plots show/diff` draw offline: DVC's page template with the Vega libraries inline (from
@@ -49,6 +49,14 @@ ui: install             ## MLflow UI over the project's store, on loopback only
 	@python -m wellfed.track.runs_view sqlite:///$(CURDIR)/mlflow.db
 	@echo "MLFLOW_DISABLE_TELEMETRY=$(MLFLOW_DISABLE_TELEMETRY): true keeps the UI's telemetry off, whatever Settings' 'Enable telemetry' shows (docs/privacy.md)"
 	mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1 --port 5000
+
+# The team store's folder (its PostgreSQL, artifacts, log), address and port: docs/team.md.
+TEAM_STORE_DIR  ?= .team-store
+TEAM_STORE_HOST ?= 127.0.0.1
+TEAM_STORE_PORT ?= 5000
+team-store: install     ## MLflow server on PostgreSQL, artifacts proxied: a store for a team and a cluster
+	@# TEAM_STORE_HOST=0.0.0.0 for other machines; PG_URI=postgresql+psycopg://... for an existing database
+	python scripts/team_store.py --dir $(TEAM_STORE_DIR) --host $(TEAM_STORE_HOST) --port $(TEAM_STORE_PORT) $(if $(PG_URI),--pg-uri $(PG_URI))
 
 bench: install          ## side-by-side benchmarks -> benchmarks/results/*.json
 	python benchmarks/run_all.py

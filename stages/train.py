@@ -18,6 +18,7 @@ from wellfed.telemetry.phases import split_train
 from wellfed.track import provenance, registry, run_note, sweeps, tracking, ui_links
 from wellfed.train import driver, export, orphan, preemption, reports, run_record
 from wellfed.train.mlflow_run import marked_failed
+from wellfed.train.preflight import check_stores
 
 
 @stage(work="steps")
@@ -34,6 +35,7 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir, *, budget):
     meta = json.loads((tokens / "meta.json").read_text())
     source = resolve_source(meta["model_source"])  # model.name as written: on this machine
     uri = tracking.tracking_uri(mlflow_cfg.tracking_uri, Path.cwd())
+    check_stores(uri, mlflow_cfg.tracking_uri, Path.cwd())  # before any work: one line if not
     try:
         trained, run_id, info = driver.fit(
             tokens_dir=tokens, model_source=source, labels=meta["labels"],

@@ -23,6 +23,7 @@ def test_pipeline_outputs_are_every_out_metric_and_plot_of_dvc_yaml():
     assert "data/raw" not in outs and len(outs) == 17  # the inputs are not outputs
     # what differs on every run is not an output (gitignored: git status never shows it)
     assert "data/reports/time/train.json" not in outs and "data/train/run.json" not in outs
+    assert "data/checkpoints" not in outs  # the run's resume state: a clone without it is up to date
 
 
 def test_code_changes_leave_out_outputs_their_gitignore_and_run_records():

@@ -26,7 +26,15 @@ class RayConfig:
     on a Ray cluster share one (0.25 = four small-model trials on a GPU: a MiniLM trial used
     0.6 GB of an H100's 80 and 13% of its time); a whole number for a worker that needs more."""
     max_failures: int = 2
-    """Worker-group restarts Ray may do from the last checkpoint before giving up."""
+    """Restarts from the last checkpoint before giving up (-1 = no limit): on Ray Train, of a
+    worker group that failed and, counted apart, of one Ray could not place again (a lost node:
+    each such start waits up to RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S, 60 s, for room); a
+    trial Ray placed is sent again this many times when its node dies. Then: on_lost_node."""
+    on_lost_node: Literal["shrink", "stop"] = "shrink"
+    """When the restarts are spent and the cluster has less room than the run's workers (a node
+    was lost): shrink = go on from the last checkpoint on the workers that fit, the same global
+    batch, into the same MLflow run; stop = one line saying what to run, the MLflow run FAILED,
+    its checkpoint kept. With no room for even one worker it stops either way."""
     storage_path: str = ""
     """Checkpoints (and, for multi-node runs, the token files) go here: "" = the train stage's
     checkpoint folder; set it to shared storage (NFS path, s3://...) for a multi-node cluster."""

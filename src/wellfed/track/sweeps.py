@@ -22,17 +22,30 @@ def tags(uri: str, experiment: str, sweep: str) -> dict[str, str]:
 
 
 def parent_run(uri: str, experiment: str, sweep: str) -> str:
+    """The sweep's parent run, made by the first trial. On a tracking server, where no lock
+    file serialises the trials, two starting at once may both make one: each then keeps the
+    earliest made (every trial sees it: it was there before any other was made) and deletes its
+    own if it is not that one, so every trial nests under the same parent. (Start times are
+    the clients' clocks: two machines whose clocks differ by more than the moment it takes to
+    make a run could still keep one each.)"""
     import mlflow
 
     with tracking.store_lock(uri):
         client = mlflow.MlflowClient(uri)
-        exp = client.get_experiment_by_name(experiment)
-        exp_id = exp.experiment_id if exp else client.create_experiment(
-            experiment, tags=dict([tracking.EXPERIMENT_KIND]))
-        found = client.search_runs([exp_id], f"tags.`{PARENT}` = '{sweep}'", max_results=1)
+        exp_id = tracking.experiment_id(client, experiment)
+        found = parents(client, exp_id, sweep)
         if found:
             return found[0].info.run_id
         run = client.create_run(exp_id, run_name=f"sweep {sweep}",
                                 tags={PARENT: sweep, SWEEP_TAG: sweep})
         client.set_terminated(run.info.run_id, "FINISHED")  # a heading: it trains nothing
-        return run.info.run_id
+        first = parents(client, exp_id, sweep)[0].info.run_id
+        if first != run.info.run_id:
+            client.delete_run(run.info.run_id)
+        return first
+
+
+def parents(client, exp_id: str, sweep: str) -> list:
+    """The sweep's parent runs, earliest made first (its id breaks a tie of start times)."""
+    found = client.search_runs([exp_id], f"tags.`{PARENT}` = '{sweep}'", max_results=100)
+    return sorted(found, key=lambda r: (r.info.start_time, r.info.run_id))

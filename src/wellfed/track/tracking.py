@@ -102,15 +102,30 @@ def open_run(uri: str, experiment: str, run_name: str, run_id: str | None,
             return run_id
         except mlflow.exceptions.MlflowException:
             pass
-    exp = client.get_experiment_by_name(experiment)
-    if exp is None:
-        exp_id = client.create_experiment(experiment, tags=dict([EXPERIMENT_KIND]))
-    else:
-        exp_id = exp.experiment_id
-        if EXPERIMENT_KIND[0] not in exp.tags:  # made before wellfed set it; a user's choice stays
-            client.set_experiment_tag(exp_id, *EXPERIMENT_KIND)
+    exp_id = experiment_id(client, experiment)
     return client.create_run(exp_id, run_name=unique_name(client, exp_id, run_name),
                              tags=tags or {}).info.run_id
+
+
+def experiment_id(client, name: str) -> str:
+    """The experiment `name`'s id, made (with its kind tag) if there is none. Trials starting
+    at once on a fresh tracking server both found none and both made it: the second failed,
+    RESOURCE_ALREADY_EXISTS, and its trial with it (the e2e sweep, tests/e2e/test_team.py). A
+    sqlite store's lock file serialises this; a server's store has no such lock, so the loser
+    of that race reads the winner's."""
+    from mlflow.exceptions import MlflowException
+
+    exp = client.get_experiment_by_name(name)
+    if exp is None:
+        try:
+            return client.create_experiment(name, tags=dict([EXPERIMENT_KIND]))
+        except MlflowException as err:
+            if "ALREADY_EXISTS" not in str(err) or client.get_experiment_by_name(name) is None:
+                raise
+            exp = client.get_experiment_by_name(name)
+    if EXPERIMENT_KIND[0] not in exp.tags:  # made before wellfed set it; a user's choice stays
+        client.set_experiment_tag(exp.experiment_id, *EXPERIMENT_KIND)
+    return exp.experiment_id
 
 
 def unique_name(client, experiment_id: str, name: str) -> str:

@@ -27,7 +27,7 @@ from wellfed.data.token_files import TokenFile
 from wellfed.errors import StageError
 from wellfed.telemetry.phases import Phases
 from wellfed.track import tracking
-from wellfed.train import failures, preemption, retention, runs, selection
+from wellfed.train import failures, lost_node, preemption, retention, runs, selection
 from wellfed.train.mlflow_run import derived_tags, marked_failed, open_run
 from wellfed.train.placement import SHARED_GPUS, fit_placed, placed, queued
 from wellfed.train.preflight import (check_outputs, check_request, check_resources, in_process,
@@ -95,7 +95,11 @@ def run_trainer(worker, ray_cfg: RayConfig, use_gpu: bool, store: Store,
             placement_strategy=ray_cfg.placement_strategy),
         run_config=ray.train.RunConfig(
             name=worker.launch, storage_path=store.dir, storage_filesystem=store.fs,
-            failure_config=ray.train.FailureConfig(max_failures=ray_cfg.max_failures),
+            # A group Ray cannot place again (a lost node) counts apart from one that failed, and
+            # Ray leaves those retries unbounded: bounded by the same knob (train/lost_node.py).
+            failure_config=ray.train.FailureConfig(
+                max_failures=ray_cfg.max_failures,
+                controller_failure_limit=ray_cfg.max_failures),
             callbacks=[RayCallback(MlflowCallback(uri, run_id, str(backlog))),
                        RayCallback(StoreCallback(store, kept_while_running(job.train),
                                                  job.train.select == "best"))],
@@ -260,12 +264,26 @@ def fit_on_ray(job: TrainJob, run: runs.Run, store: Store, resume: Entry | None,
         tokens_uri, tokens_hash = runs.staged_tokens(ray_cfg, tokens_dir, run)
         with clock("mlflow run start"):
             run_id, backlog = opened(derived_tags(job, run, ray_cfg, use_gpu, "ray_train"))
-        with marked_failed(uri, run_id):
-            launch = store.open_launch("ray_train")
-        worker = WorkerConfig(job, ray_cfg.cpus_per_worker, store, launch, tokens_uri=tokens_uri,
-                              tokens_hash=tokens_hash)
-        with runs.training(run, store, launch, clock):
-            run_trainer(worker, ray_cfg, use_gpu, store, resume, uri, run_id, backlog)
+        workers = ray_cfg  # the request; fewer after a lost node (train/lost_node.py)
+        per_worker = {"CPU": ray_cfg.cpus_per_worker, **({"GPU": 1} if use_gpu else {})}
+        while True:
+            with marked_failed(uri, run_id):
+                launch = store.open_launch("ray_train")
+            worker = WorkerConfig(job, ray_cfg.cpus_per_worker, store, launch,
+                                  tokens_uri=tokens_uri, tokens_hash=tokens_hash)
+            try:
+                with runs.training(run, store, launch, clock):
+                    run_trainer(worker, workers, use_gpu, store, resume, uri, run_id, backlog)
+                break
+            except failures.TrainingFailed:
+                shrunk = lost_node.after_ray_train(workers, ray_cfg, per_worker, job.train,
+                                                   latest_step(store), uri, run_id)
+                if shrunk is None:
+                    raise  # not a lost node: the failure's own line
+                workers = shrunk
+                resume, damage = store.recover()
+                if damage:
+                    print(damage, flush=True)
     finally:
         with clock("ray stop"):
             ray.shutdown()

@@ -110,7 +110,7 @@ def fit_placed(job, run, store, resume, ray_cfg, tokens_dir, opened, uri: str, c
 
     from wellfed.errors import StageError
     from wellfed.cluster import connect
-    from wellfed.train import preemption
+    from wellfed.train import lost_node, preemption
     from wellfed.train.driver import marked_killed, marked_killed_on_stop
     from wellfed.train.mlflow_run import derived_tags, marked_failed
     from wellfed.train.preflight import wants_gpu
@@ -132,20 +132,63 @@ def fit_placed(job, run, store, resume, ray_cfg, tokens_dir, opened, uri: str, c
         tokens = staged_tokens(ray_cfg, tokens_dir, run)
         with clock("mlflow run start"):
             run_id, backlog = opened(derived_tags(job, run, ray_cfg, use_gpu, "ray_task"))
-        with marked_failed(uri, run_id):
-            launch = store.open_launch("ray_task")
-        flag = preemption.new_stop_flag()
-        args = (job, store, launch, resume, kept_while_running(job.train), use_gpu,
-                ray_cfg.cpus_per_worker, uri, run_id, str(backlog), flag, *tokens)
-        with training(run, store, launch, clock), marked_killed_on_stop(uri, run_id):
-            preemption.run_stoppable(
-                lambda: run_placed(trial, *args, need=need, label=f"run {run.name}"),
-                flag.request.remote, lambda: latest_step(store), planned_steps(job),
-                killed=marked_killed(uri, run_id))
+        label, restarts = f"run {run.name}", 0
+        while True:  # again from its last checkpoint when its node dies (train/lost_node.py)
+            with marked_failed(uri, run_id):
+                launch = store.open_launch("ray_task")
+            flag = preemption.new_stop_flag()  # a new one: the last may have died with the node
+            args = (job, store, launch, resume, kept_while_running(job.train), use_gpu,
+                    ray_cfg.cpus_per_worker, uri, run_id, str(backlog), flag, *tokens)
+            try:
+                with training(run, store, launch, clock), marked_killed_on_stop(uri, run_id):
+                    preemption.run_stoppable(
+                        lambda: run_placed(trial, *args, need=need, label=label),
+                        flag.request.remote, lambda: latest_step(store), planned_steps(job),
+                        killed=marked_killed(uri, run_id))
+                break
+            except Exception as err:
+                if not lost_node.node_lost(err):
+                    raise
+                restarts += 1
+                resume = resend(label, restarts, ray_cfg.max_failures, store, need, uri, run_id,
+                                err)
     finally:
         with clock("ray stop"):
             ray.shutdown()
     return run_id, backlog
+
+
+def resend(label: str, restarts: int, max_failures: int, store, need: dict[str, float],
+           uri: str, run_id: str, err: BaseException):
+    """After a placed trial's node died: the checkpoint to send it again from, said in one line;
+    or, restarts spent or no node left that could run it, the line that stops the stage (the
+    MLflow run FAILED, its checkpoint kept)."""
+    import ray
+
+    from wellfed.track import tracking
+    from wellfed.train import lost_node
+    from wellfed.train.runs import latest_step
+
+    step = latest_step(store)
+    stop = None
+    if max_failures != -1 and restarts > max_failures:
+        stop = lost_node.placed_given_up(label, max_failures, step, err)
+    elif problem := fits_at_all(need, ray.cluster_resources()):
+        stop = lost_node.TrainingFailed(f"{label}: its node was lost and {problem}; the "
+                                        f"checkpoint of step {step or 0} is kept")
+    if stop is not None:
+        import mlflow
+
+        tracking.set_tags(uri, run_id, {lost_node.LOST_TAG: str(stop)})
+        mlflow.MlflowClient(uri).set_terminated(run_id, "FAILED")
+        raise stop from None
+    line = lost_node.resend_line(label, restarts, max_failures, step, err)
+    print(f"[wellfed] {line}", flush=True)
+    tracking.set_tags(uri, run_id, {lost_node.LOST_TAG: line})
+    resume, damage = store.recover()
+    if damage:
+        print(damage, flush=True)
+    return resume
 
 
 def trial(job, store, launch, resume, keep, use_gpu, threads, uri, run_id, backlog, flag,

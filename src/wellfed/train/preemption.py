@@ -130,10 +130,14 @@ class StopFlag:
 
 
 def new_stop_flag():
-    """The run's `StopFlag` actor (no CPU: it must fit beside the workers on any cluster)."""
+    """The run's `StopFlag` actor (no CPU: it must fit beside the workers on any cluster), on
+    the driver's node: a flag on another node would die with it, and a dead flag reads as
+    "stop" to every worker (train/lost_node.py: the run goes on after a lost node)."""
     import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    return ray.remote(num_cpus=0)(StopFlag).remote()
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    return ray.remote(num_cpus=0)(StopFlag).options(scheduling_strategy=here).remote()
 
 
 class StopCheck:

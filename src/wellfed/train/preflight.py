@@ -105,3 +105,54 @@ def check_outputs(job, store, outputs: tuple[Path, Path], mlflow_folder: Path | 
     if mlflow_folder is not None:
         add(mlflow_folder, weights)
     check_room(places)
+
+
+def check_stores(uri: str, configured: str, project: Path) -> None:
+    """Before any work: the MLflow store answers (track/stores.py) and the project's default
+    DVC remote, a folder, takes files. Either refusal is one line naming the setting and the fix;
+    nothing is trained or written."""
+    from wellfed.track import stores
+
+    try:
+        stores.check_store(uri, stores.setting(configured))
+    except ValueError as err:
+        raise ValueError(f"{err}; nothing was trained") from None
+    check_remote(project)
+
+
+def check_remote(project: Path) -> None:
+    """The default DVC remote (core.remote), when it is a folder (NFS, a mounted share): it, or
+    the nearest folder above it that exists (`dvc push` makes the rest), takes a file. A remote
+    elsewhere (s3://, ssh://) is not probed: its credentials are dvc's."""
+    import tempfile
+    from urllib.parse import urlsplit
+
+    from dvc.config import Config
+
+    dvc_dir = project / ".dvc"
+    texts = [f.read_text(errors="replace") for f in (dvc_dir / "config", dvc_dir / "config.local")
+             if f.is_file()]
+    if not any("remote" in text for text in texts):  # no remote here: skip dvc's ~0.3 s config
+        return  # load (a default remote set in the user's global dvc config is not probed)
+    config = Config(dvc_dir=str(dvc_dir))  # system, global, project and local levels
+    name = config["core"].get("remote")
+    if not name or name not in config["remote"]:
+        return
+    url = config["remote"][name]["url"]
+    parts = urlsplit(url)
+    if parts.scheme not in ("", "file") or (len(parts.scheme) == 1 and ":" in url):
+        return
+    folder = Path(parts.path if parts.scheme == "file" else url)
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".wellfed-probe-"):
+            pass
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        raise ValueError(
+            f"the DVC remote '{name}' (core.remote; remote.{name}.url = {url}) does not take "
+            f"files ({folder}: {reason}): `dvc push` would fail after training; make it "
+            f"writable, point it elsewhere (`dvc remote modify {name} url <folder>`), or train "
+            "without a default remote in this clone (`dvc config --local core.remote \"\"`); "
+            "nothing was trained") from None

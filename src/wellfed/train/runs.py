@@ -190,14 +190,16 @@ def interrupted(run: Run, store) -> Interrupted:
 def training(run: Run, store, launch: str, clock):
     """A launch's training, whatever the engine: its seconds go to `clock` ("train") and to the
     launch's record in the store, even when it fails; Ctrl-C becomes the line that says how to
-    resume."""
+    resume. A process may train several launches (a lost node: train/lost_node.py); each records
+    its own seconds."""
+    before = clock.seconds.get("train", 0.0)
     try:
         with clock("train"):
             yield
     except KeyboardInterrupt:
         raise interrupted(run, store) from None
     finally:
-        store.close_launch(launch, clock.seconds.get("train", 0.0))
+        store.close_launch(launch, clock.seconds.get("train", 0.0) - before)
 
 
 def staged_tokens(ray_cfg, tokens_dir: Path, run: Run) -> tuple[str | None, str | None]:
