@@ -5,8 +5,9 @@ retrained over the same seeds by the same code and compared over seeds and rows.
 
   search   `wellfed-search` in a scratch project (git + DVC; MiniLM; the first ROWS SST-2 train
            rows, SST-2 dev as validation): TRIALS trials, Optuna's TPE (5 random first), ASHA
-           from MIN_STEPS to FULL steps (2 epochs), reduction factor 2, in warm Ray Tune
-           workers; then its final check (the 2 best recipes x 3 seeds) and the winner's
+           from MIN_STEPS to FULL steps (2 epochs), in warm Ray Tune
+           workers (reduction factor WELLFED_BENCH_FACTOR, default 3: rungs at 16 and 48 steps);
+           then its final check (the 2 best recipes x 3 seeds) and the winner's
            `dvc exp run` (equal learning: its last val/loss against its warm trial's).
   grid     benchmarks/search_grid.py: GRID's 16 recipes of the same space, each to FULL steps on
            the same warm workers (no scheduler), then the grid's best retrained over the seeds.
@@ -27,6 +28,7 @@ both cores). WELLFED_BENCH_SMOKE=1: a tiny random-init model, 256 rows, 4 trials
 this script, no figures). On a GPU (Ray, MLflow, DVC and Optuna installed) every side uses it.
 
 usage: python benchmarks/search.py        -> benchmarks/results/search.json
+       (WELLFED_BENCH_FACTOR=2: benchmarks/results/search_rf2.json)
 """
 
 from __future__ import annotations
@@ -49,8 +51,9 @@ from train_stage import HERE, commit, env
 
 NAME = "search"
 SMOKE = os.environ.get("WELLFED_BENCH_SMOKE") == "1"
-ROWS, TRIALS, MIN_STEPS, FULL, FACTOR, SEEDS = ((256, 4, 4, 16, 2, [1, 2]) if SMOKE else
-                                               (2048, 16, 16, 128, 2, [1, 2, 3]))
+FACTOR = int(os.environ.get("WELLFED_BENCH_FACTOR", "3"))
+ROWS, TRIALS, MIN_STEPS, FULL, SEEDS = ((256, 4, 4, 16, [1, 2]) if SMOKE else
+                                        (2048, 16, 16, 128, [1, 2, 3]))
 CONCURRENT = int(os.environ.get("WELLFED_BENCH_CONCURRENT", "2"))
 SPACE = {"lr": [1e-5, 3e-4], "warmup": [0.0, 0.2], "weight_decay": [0.0, 0.01, 0.1]}
 GRID = [{"train.lr": lr, "train.warmup_ratio": w, "train.weight_decay": d}
@@ -214,7 +217,7 @@ def main() -> None:
     if SMOKE:
         print(json.dumps(figures, indent=1))
         return
-    harness.write_result(NAME, payload)
+    harness.write_result(NAME if FACTOR == 3 else f"{NAME}_rf{FACTOR}", payload)
     print(json.dumps(figures, indent=1))
 
 
