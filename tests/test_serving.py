@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ import pandas as pd
 import pytest
 
 from tests.conftest import own_wellfed
+from tests.services import free_port
 from wellfed.track import tracking
 from wellfed.use import serving
 
@@ -267,12 +267,6 @@ def test_a_row_of_lists_is_unpacked_for_pairs_and_refused_when_lengths_differ():
         serving.text_columns(ragged, spec)
     plain = pd.DataFrame({"premise": ["p"], "hypothesis": ["h"]})
     assert serving.served_rows(plain, spec) is plain
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def post(url: str, body: dict) -> dict:

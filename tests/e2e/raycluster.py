@@ -36,16 +36,12 @@ from pathlib import Path
 
 import psutil
 
+from tests.services import free_port
+
 HEALTH = {"health_check_period_ms": 500, "health_check_timeout_ms": 1000,
           "health_check_failure_threshold": 3}
 """The head's checks of its nodes: a killed node is marked dead ~2-5 s later (57 s with Ray's
 defaults on this machine)."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class RayCluster:

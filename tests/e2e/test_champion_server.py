@@ -5,17 +5,13 @@ the client sees."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
-import urllib.request
 
 import mlflow
 import pytest
 
 from tests.e2e.pipeline import env
+from tests.services import mlflow_served
 from tests.test_champion import NAME, consistent, holder, promote, race
 
 pytestmark = pytest.mark.e2e
@@ -24,33 +20,11 @@ PATIENCE = 300  # one-second tries for the server to answer (its first start mak
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    import socket
-
     root = tmp_path_factory.mktemp("server")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
-         f"sqlite:///{root / 'mlflow.db'}", "--default-artifact-root", str(root / "artifacts"),
-         "--host", "127.0.0.1", "--port", str(port), "--workers", "2"], cwd=root,
-        env={**env(), "MLFLOW_DISABLE_TELEMETRY": "true"}, start_new_session=True,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    uri = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(PATIENCE):
-            try:
-                urllib.request.urlopen(f"{uri}/health", timeout=5)
-                break
-            except OSError:
-                assert proc.poll() is None, "mlflow server exited"
-                time.sleep(1)
-        else:
-            raise AssertionError(f"mlflow server did not answer on {uri}")
+    with mlflow_served("server", ["--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
+                                  "--default-artifact-root", str(root / "artifacts"),
+                                  "--workers", "2"], root, env(), PATIENCE) as uri:
         yield uri
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)  # only the processes this test started
-        proc.wait(timeout=60)
 
 
 @pytest.fixture()

@@ -8,7 +8,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ import yaml
 
 from tests.conftest import read_only
 from tests.e2e.pipeline import env, make_project, mlflow_runs, run
+from tests.services import free_port
 
 pytestmark = pytest.mark.e2e
 TRAIN = ["python", "stages/train.py", "data/tokens", "data/model", "data/train", "data/checkpoints"]
@@ -52,12 +52,6 @@ def fresh(base: Path, tmp_path: Path, **sections) -> Path:
     subprocess.run(["cp", "-a", str(base), str(dest)], check=True)
     set_params(dest, **sections)
     return dest
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def loss_steps(project: Path) -> list[int]:

@@ -25,6 +25,7 @@ import psutil
 import pytest
 
 from tests.e2e.pipeline import env, make_project
+from tests.services import free_port
 from wellfed import privacy
 
 pytestmark = pytest.mark.e2e
@@ -116,12 +117,6 @@ def test_without_the_switches_the_guard_catches_mlflow_in_the_stage_and_in_a_ray
     callers = [loads[pid(line)] for line in refused if "mlflow-telemetry.io" in line]
     assert any("stages/train.py" in caller for caller in callers), refused
     assert any("workers/default_worker.py" in caller for caller in callers), refused
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.parametrize("report_url", [True, False], ids=["switches", "no-report-url"])

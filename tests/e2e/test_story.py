@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import subprocess
 
 import pytest
 
 from tests.e2e.pipeline import PROJECT, env, make_project, mlflow_runs, run
+from tests.services import free_port
 from wellfed.track import champion, registry
 
 pytestmark = pytest.mark.e2e
@@ -116,12 +116,6 @@ def marked_blocks() -> list[tuple[str, str]]:
             blocks[str(page.relative_to(PROJECT))] = found
     assert set(blocks) <= set(MARKED_PAGES), f"marked blocks outside {MARKED_PAGES}: {blocks}"
     return [block for page in MARKED_PAGES for block in blocks.get(page, [])]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def as_script(block: str, names: dict[str, str]) -> str:

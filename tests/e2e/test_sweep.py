@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.pipeline import env, make_project, mlflow_runs, run
-from tests.e2e.test_cluster import free_port
+from tests.services import free_port
 
 pytestmark = [pytest.mark.e2e]
 

@@ -21,6 +21,7 @@ import pytest
 from tests.e2e.pipeline import env, run
 from tests.e2e.raycluster import ray_cluster
 from tests.e2e.test_sweep import wait_for_queue
+from wellfed import environ
 
 pytestmark = pytest.mark.e2e
 SWEEP = "team"
@@ -28,21 +29,11 @@ RECIPES, SEEDS = ("2e-3", "5e-3"), (1, 2, 3, 4)
 STEPS = 4 * 19  # 4 epochs of 300 rows at a global batch of 16: ~6 s per trial here
 
 
-@contextlib.contextmanager
 def quick():
     """MLflow calls of the test's own watcher: no retries, a short timeout, so that a poll while
     the server is down costs a second, not MLflow's minutes (the trials keep MLflow's own)."""
-    saved = {k: os.environ.get(k) for k in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES",
-                                             "MLFLOW_HTTP_REQUEST_TIMEOUT")}
-    os.environ.update(MLFLOW_HTTP_REQUEST_MAX_RETRIES="0", MLFLOW_HTTP_REQUEST_TIMEOUT="5")
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    return environ.scoped({"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
+                           "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"})
 
 
 def trial_runs(uri: str) -> list:
@@ -237,16 +228,16 @@ def test_the_registry_and_the_sweep_parent_work_on_the_server(store, sweep):
 def test_the_champion_is_served_and_the_sweep_compared_through_the_server(store, sweep,
                                                                          tmp_path):
     project, _, _ = sweep
-    environ = {**env(), "MLFLOW_TRACKING_URI": store.uri}
+    team_env = {**env(), "MLFLOW_TRACKING_URI": store.uri}
     out = tmp_path / "predictions.parquet"
     proc = subprocess.run(["wellfed-predict", "models:/wellfed-classifier@champion",
-                           "data/raw/test.tsv", str(out)], cwd=project, env=environ,
+                           "data/raw/test.tsv", str(out)], cwd=project, env=team_env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     import pandas as pd
 
     assert len(pd.read_parquet(out)) == 60
-    proc = subprocess.run(["wellfed-compare", f"sweep:{SWEEP}"], cwd=project, env=environ,
+    proc = subprocess.run(["wellfed-compare", f"sweep:{SWEEP}"], cwd=project, env=team_env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"sweep {SWEEP}: best trial " in proc.stdout

@@ -12,17 +12,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.pipeline import env, make_project, mlflow_runs, run
+from tests.services import mlflow_served
 from wellfed.track import champion, registry, runs_view, ui_links
 
 pytestmark = pytest.mark.e2e
@@ -52,14 +48,6 @@ def pipeline_runs(project: Path):
     return client, [r for r in runs if runs_view.COMPARISON not in r.data.tags]
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def project(tmp_path_factory, tiny_model_dir):
     """A short baseline (version 1), a long experiment (version 2, @champion) and a
@@ -82,27 +70,9 @@ def project(tmp_path_factory, tiny_model_dir):
 def ui(project):
     """`mlflow ui` on the project's store, as `make ui` serves it (one worker here), stopped
     also when a test fails."""
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri",
-         f"sqlite:///{project / 'mlflow.db'}", "--host", "127.0.0.1", "--port", str(port),
-         "--workers", "1"], cwd=project, env={**env(), "MLFLOW_DISABLE_TELEMETRY": "true"},
-        start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(PATIENCE):
-            try:
-                urllib.request.urlopen(f"{base}/health", timeout=5)
-                break
-            except OSError:
-                assert server.poll() is None, "mlflow ui exited"
-                time.sleep(1)
-        else:
-            raise AssertionError(f"mlflow ui did not answer on {base} in {PATIENCE} tries")
+    with mlflow_served("ui", ["--backend-store-uri", f"sqlite:///{project / 'mlflow.db'}",
+                              "--workers", "1"], project, env(), PATIENCE) as base:
         yield base
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)  # only the processes this test started
-        server.wait(timeout=60)
 
 
 @pytest.fixture()

@@ -10,16 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.services import free_port
+
 from wellfed.track import tracking
 from wellfed.train.callback import MlflowCallback
 
 pytestmark = pytest.mark.e2e
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_server(db: Path, port: int) -> subprocess.Popen:

@@ -9,6 +9,8 @@ import contextlib
 import os
 from urllib.parse import urlsplit, urlunsplit
 
+from wellfed import environ
+
 TIMEOUT_S = 10.0
 """How long one probe waits for an answer: milliseconds on a network, but a server's first
 request took over 5 s here under a load of 18 on 2 cores."""
@@ -99,21 +101,13 @@ def server_error(uri: str) -> str | None:
     retry, a short timeout: None when it answers, else MLflow's error text."""
     import mlflow
 
-    saved = {k: os.environ.get(k) for k in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES",
-                                             "MLFLOW_HTTP_REQUEST_TIMEOUT")}
-    os.environ.update(MLFLOW_HTTP_REQUEST_MAX_RETRIES="0",
-                      MLFLOW_HTTP_REQUEST_TIMEOUT=str(int(TIMEOUT_S)))
-    try:
-        mlflow.MlflowClient(uri).search_experiments(max_results=1)
-        return None
-    except Exception as err:  # MlflowException, requests' errors: the text says which
-        return str(err) or type(err).__name__
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    with environ.scoped({"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
+                         "MLFLOW_HTTP_REQUEST_TIMEOUT": str(int(TIMEOUT_S))}):
+        try:
+            mlflow.MlflowClient(uri).search_experiments(max_results=1)
+            return None
+        except Exception as err:  # MlflowException, requests' errors: the text says which
+            return str(err) or type(err).__name__
 
 
 def server_line(uri: str, where: str, error: str) -> str:

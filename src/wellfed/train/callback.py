@@ -8,7 +8,6 @@ the controller. Nothing here imports Ray (~1 s to import here, and absent on a b
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import queue
@@ -18,6 +17,7 @@ from pathlib import Path
 
 from mlflow.entities import Metric
 
+from wellfed import environ
 from wellfed.track.tracking import (
     WORKERS,
     interval_metrics,
@@ -37,20 +37,11 @@ def quick_retries() -> None:
         os.environ.setdefault(key, value)
 
 
-@contextlib.contextmanager
 def retries_restored():
     """In-process training sets the quick retries in the stage's own process (on Ray, in the
     controller's): afterwards the export, artifacts and model registry get MLflow's own
     timeouts back (a large model upload needs more than 5 s)."""
-    saved = {key: os.environ.get(key) for key in QUICK_RETRIES}
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    return environ.scoped({}, keep=tuple(QUICK_RETRIES))
 
 
 def flush_backlog(uri: str, run_id: str, path: str | Path) -> int:
