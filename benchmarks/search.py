@@ -120,7 +120,7 @@ def search_side(project: Path) -> dict:
             and e["config"]["proof"]["recipe"] == winner]
     return {
         "wall_s": wall, "search_phase_wall_s": at(lines, "[wellfed] final check: "),
-        "final_check_end_s": at(lines, "[wellfed] search s-"),
+        "final_check_end_s": at(lines, "[wellfed] the winner as a DVC experiment"),
         "steps": result["compute"]["steps"], "grid_equivalent_steps": result["compute"]["grid_steps"],
         "stopped_early": result["compute"]["stopped_early"],
         "best_trial": result["best_trial"], "final_check": {k: v for k, v in

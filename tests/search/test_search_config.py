@@ -64,9 +64,9 @@ def test_a_bad_space_is_one_line_naming_the_key_and_the_fix(space, said):
 
 
 @pytest.mark.parametrize("values, said", [
-    ({"min_steps": 16, "max_steps": 24}, "search.max_steps 24 leaves ASHA no rung to stop a "
+    ({"min_steps": 16, "max_steps": 40}, "search.max_steps 40 leaves ASHA no rung to stop a "
                                          "trial at (it needs at least search.min_steps x "
-                                         "search.reduction_factor = 32)"),
+                                         "search.reduction_factor = 48)"),
     ({"reduction_factor": 1}, "search.reduction_factor must be >= 2"),
     ({"seeds": [1, 1, 2]}, "search.seeds must be a list of different whole numbers"),
     ({"seeds": [7]}, "search.seeds lists 1 seed: telling two recipes apart over seeds needs"),
