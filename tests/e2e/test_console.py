@@ -115,11 +115,20 @@ def test_git_dirty_is_the_code_not_the_outputs_the_stages_rewrote(project):
     assert not [r for r in runs if "git.changed" in r.data.tags]
 
 
+def flat(values: dict, prefix: str = "") -> list[str]:
+    """params.yaml's keys as dvc's columns name them: nested sections joined by dots
+    (`search.space.train.lr`)."""
+    keys = []
+    for key, value in values.items():
+        name = f"{prefix}{key}"
+        keys += flat(value, f"{name}.") if isinstance(value, dict) and value else [name]
+    return keys
+
+
 def test_exp_show_has_the_headline_columns_and_few_metrics(project):
     dest, _ = project
     table = list(csv.DictReader(io.StringIO(run(["dvc", "exp", "show", "--csv"], dest).stdout)))
-    params = {f"{section}.{key}" for section, values in
-              yaml.safe_load((dest / "params.yaml").read_text()).items() for key in values}
+    params = set(flat(yaml.safe_load((dest / "params.yaml").read_text())))
     fixed = {"Experiment", "rev", "typ", "Created", "parent", "State", "Executor"}
     metrics = [c for c in table[0] if c not in fixed | params and not (dest / c).exists()]
     assert set(metrics) == HEADLINE, metrics
