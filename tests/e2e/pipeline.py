@@ -41,6 +41,21 @@ def make_project(dest: Path, params: dict, raw_rows: dict[str, int] | None = Non
     return dest
 
 
+TINY = {"model": {"name": "models/tiny", "init": "random"},
+        "train": {"max_steps": 4, "global_batch_size": 16, "micro_batch_size": 16,
+                  "eval_every": 4, "checkpoint_every": 4},
+        "ray": {"num_workers": 1, "cpus_per_worker": 1}}
+"""Four steps of the tiny random-init model on one in-process worker: a pipeline that runs."""
+
+
+def tiny_project(dest: Path, tiny_model_dir: Path) -> Path:
+    """`make_project` with TINY and 120/30/30 rows, the tiny model copied in as models/tiny
+    (a path inside the project, the same in every clone of it)."""
+    make_project(dest, TINY, {"train.tsv": 120, "dev.tsv": 30, "test.tsv": 30})
+    shutil.copytree(tiny_model_dir, dest / "models" / "tiny")
+    return dest
+
+
 def env() -> dict:
     out = dict(os.environ)
     out["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{out['PATH']}"

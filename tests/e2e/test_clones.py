@@ -6,14 +6,13 @@ packaged default: tests/test_stages.py); train loads it from where this clone ha
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.e2e.pipeline import env, make_project, mlflow_runs, run
+from tests.e2e.pipeline import env, mlflow_runs, run, tiny_project
 
 pytestmark = pytest.mark.e2e
 
@@ -28,13 +27,7 @@ def lock_hashes(project: Path) -> dict[str, str]:
 def test_two_clones_of_one_commit_write_the_same_token_hash(tmp_path, tiny_model_dir):
     origin = tmp_path / "origin"
     origin.mkdir()
-    make_project(origin, {"model": {"name": "models/tiny", "init": "random"},
-                          "train": {"max_steps": 4, "global_batch_size": 16,
-                                    "micro_batch_size": 16, "eval_every": 4,
-                                    "checkpoint_every": 4},
-                          "ray": {"num_workers": 1, "cpus_per_worker": 1}},
-                 {"train.tsv": 120, "dev.tsv": 30, "test.tsv": 30})
-    shutil.copytree(tiny_model_dir, origin / "models" / "tiny")
+    tiny_project(origin, tiny_model_dir)
     run(["git", "add", "-A"], origin)
     run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "-m", "model"],
         origin)

@@ -11,15 +11,11 @@ import os
 import pytest
 
 from tests.e2e.pipeline import PROJECT, env, make_project, mlflow_runs
+from tests.e2e.test_story import NAME, PARAMS, ROWS
 from wellfed.track import champion, registry
 
 pytestmark = pytest.mark.e2e
 
-NAME = "wellfed-classifier"
-ROWS = {"train.tsv": 400, "dev.tsv": 100, "test.tsv": 100}
-PARAMS = {"train": {"epochs": 6, "lr": 3e-3, "global_batch_size": 16, "micro_batch_size": 16,
-                    "eval_every": 20, "report_every": 5, "checkpoint_every": 0, "max_steps": 3},
-          "ray": {"num_workers": 1, "cpus_per_worker": 1}}
 KILLER = PROJECT / "tests" / "e2e" / "killer"
 EXPERIMENT = ["dvc", "exp", "run", "-S", "train.max_steps=0"]  # 6 epochs: beats 3 steps
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.pipeline import PROJECT, env, make_project, mlflow_runs, run
+from tests.e2e.pipeline import PROJECT, env, mlflow_runs, run, tiny_project
 from tests.e2e.teamstore import postgres_or_skip, script
 
 pytestmark = pytest.mark.e2e
@@ -33,13 +33,7 @@ def alice(tmp_path_factory, tiny_model_dir) -> tuple[Path, Path, str]:
     run(["git", "init", "-q", "--bare", str(origin)], tmp)
     clone = tmp / "alice" / "wellfed"
     clone.mkdir(parents=True)
-    make_project(clone, {"model": {"name": "models/tiny", "init": "random"},
-                         "train": {"max_steps": 4, "global_batch_size": 16,
-                                   "micro_batch_size": 16, "eval_every": 4,
-                                   "checkpoint_every": 4},
-                         "ray": {"num_workers": 1, "cpus_per_worker": 1}},
-                 {"train.tsv": 120, "dev.tsv": 30, "test.tsv": 30})
-    shutil.copytree(tiny_model_dir, clone / "models" / "tiny")
+    tiny_project(clone, tiny_model_dir)
     # The project's own: what a clone lacks (the time reports, checkpoints) is what it ignores.
     shutil.copy(PROJECT / "data" / ".gitignore", clone / "data" / ".gitignore")
     run(["dvc", "remote", "add", "-d", "team", str(remote)], clone)  # in .dvc/config: shared
