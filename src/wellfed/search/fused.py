@@ -198,13 +198,8 @@ def run_groups(groups: list[list[tuple[str, dict, dict, int]]], phase: str, cfg:
                   f"({', '.join(m[0] for m in members)})", flush=True)
             for trial, config, _recipe, _seed in members:
                 teller.start(trial, config)
-            ref = task.remote(setting, [(m[2], m[3]) for m in members],
-                              cfg.reduction_factor, metric, lower, threads, phase == "search")
-            try:
-                results = ray.get(ref)
-            except KeyboardInterrupt:
-                ray.cancel(ref, force=True)
-                raise
+            results = trained(task, members, setting, cfg.reduction_factor, metric, lower,
+                              threads, phase == "search")
             for (trial, _config, _recipe, _seed), got in zip(members, results):
                 for report in got["reports"]:
                     report["phase"] = phase
@@ -221,3 +216,26 @@ def run_groups(groups: list[list[tuple[str, dict, dict, int]]], phase: str, cfg:
     finally:
         signal.signal(signal.SIGTERM, previous)
     return None
+
+
+def trained(task, members: list[tuple], setting: Setting, rf: int, metric: str, lower: bool,
+            threads: int, halve: bool) -> list[dict]:
+    """A group's results from its Ray task; a group the device runs out of memory for is
+    trained again as two halves (said in one line), down to one trial."""
+    import ray
+
+    ref = task.remote(setting, [(m[2], m[3]) for m in members], rf, metric, lower, threads,
+                      halve)
+    try:
+        return ray.get(ref)
+    except KeyboardInterrupt:
+        ray.cancel(ref, force=True)
+        raise
+    except ray.exceptions.RayTaskError as error:
+        if "OutOfMemoryError" not in type(error.cause).__name__ or len(members) == 1:
+            raise
+    half = len(members) // 2
+    print(f"[wellfed] a group of {len(members)} fused trials ran out of device memory: "
+          f"trained again as {half} + {len(members) - half}", flush=True)
+    return (trained(task, members[:half], setting, rf, metric, lower, threads, halve)
+            + trained(task, members[half:], setting, rf, metric, lower, threads, halve))
