@@ -49,7 +49,7 @@ KEYS_PER_STEP = 4  # train/loss, train/lr, train/grad_norm, train/epoch
 
 def report(rank_step: int, steps_total: int) -> dict:
     """A worker's report as the loop builds it, for the steps up to `rank_step`."""
-    from wellfed.train.worker_report import WorkerFacts, WorkerReport
+    from wellfed.train.step.worker_report import WorkerFacts, WorkerReport
 
     facts = WorkerFacts(rank=0, steps_total=steps_total, precision="fp32",
                         precision_reason="bench", pad_multiple=1, device="cpu", node="n",
@@ -70,7 +70,7 @@ def reporter(uri: str, run_id: str, backlog: str, start: float, out: list) -> No
     import mlflow
 
     from wellfed.track import tracking
-    from wellfed.train import callback
+    from wellfed.train.outputs import callback
 
     # A trial's driver opened its run (and so its store: sqlite's engine, the server's
     # connection) long before its first report; so does this one, untimed.

@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import read_only
 from wellfed.track import stores
-from wellfed.train.preflight import check_remote, check_stores
+from wellfed.train.run.preflight import check_remote, check_stores
 
 
 def dead_port() -> int:

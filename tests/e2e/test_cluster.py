@@ -336,6 +336,7 @@ def test_a_permanent_worker_error_is_not_retried_by_ray(base, tmp_path):
                         r"rerun `dvc repro`: it checks .*", last), last
     # Ray prints each failed worker's error under its pid: the restarted group's 2 workers (a
     # third attempt reading the same checkpoint would fail too, under 2 more pids).
-    failed = set(re.findall(r"RayTrainWorker pid=(\d+)\)\S* wellfed.train.checkpoint.Damaged", out))
+    failed = set(re.findall(
+        r"RayTrainWorker pid=(\d+)\)\S* wellfed.train.checkpoints.checkpoint.Damaged", out))
     print(f"\nworkers that failed on the damaged checkpoint: {len(failed)}")
     assert 1 <= len(failed) <= 2, out[-5000:]

@@ -20,7 +20,7 @@ import pytest
 
 from tests.e2e.pipeline import env, make_project, mlflow_runs, run
 from tests.e2e.test_cluster import command_line, fresh, loss_steps, set_params
-from wellfed.train.preemption import DUPLICATE_S
+from wellfed.train.checkpoints.preemption import DUPLICATE_S
 
 STEPS = 2 * 38  # 600 rows / global batch 16 = 38 steps per epoch, 2 epochs
 REPORT_EVERY = 5

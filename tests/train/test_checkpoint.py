@@ -18,8 +18,8 @@ import torch
 from tests.train.test_store import Planted, fake_checkpoint
 from wellfed import disk
 from wellfed.outputs import WriteFault
-from wellfed.train import checkpoint
-from wellfed.train.state import Best, TrainState
+from wellfed.train.checkpoints import checkpoint
+from wellfed.train.checkpoints.state import Best, TrainState
 
 FULL = ("it is full ([Errno 28] No space left on device); free some space (what each run keeps "
         "and how to remove it: README, \"Faults and resume\")")

@@ -15,9 +15,9 @@ import torch
 from tests.train.test_graphs import CPU, planned_setup, task_file
 from wellfed.telemetry.meter import StepMeter
 from wellfed.telemetry.peak import Peak
-from wellfed.train import fusion
-from wellfed.train.feeding import feed
-from wellfed.train.step import train_step
+from wellfed.train.step import fusion
+from wellfed.train.step.feeding import feed
+from wellfed.train.step.step import train_step
 
 
 def test_the_cache_key_follows_model_shapes_precision_mode_and_versions(monkeypatch):

@@ -3,7 +3,7 @@
 import pytest
 
 from wellfed.config import load_section
-from wellfed.train import preflight
+from wellfed.train.run import preflight
 
 
 @pytest.mark.parametrize("ray, env, expected", [

@@ -9,8 +9,8 @@ import pytest
 
 from wellfed.config import RayConfig, TrainConfig
 from wellfed.track import tracking
-from wellfed.train import lost_node
-from wellfed.train.failures import TrainingFailed
+from wellfed.train.run import lost_node
+from wellfed.train.run.failures import TrainingFailed
 
 ONE_NODE = [{"CPU": 1.0, "memory": 1e9}]
 PER_WORKER = {"CPU": 1}

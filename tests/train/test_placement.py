@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from wellfed.train import placement
+from wellfed.train.run import placement
 
 
 @pytest.fixture(scope="module")

@@ -18,8 +18,8 @@ from tests.conftest import random_token_files
 from wellfed.config import DataConfig, ModelConfig, RayConfig, TrainConfig
 from wellfed.data.token_files import TokenBatch, TokenFile, write_token_file
 from wellfed.outputs import WriteFault
-from wellfed.train import driver, mlflow_run, runs
-from wellfed.train.loop import TrainJob
+from wellfed.train.run import driver, mlflow_run, runs
+from wellfed.train.step.loop import TrainJob
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +146,7 @@ def test_a_run_completed_after_its_dvc_had_gone_is_handed_back_not_trained_again
     first, gets them back and `Recorded` (the stage says so and exits 0: dvc records them).
     Changed params, a completion dvc saw, or no whole copy: the run is cleared and trains."""
     from wellfed import watchdog
-    from wellfed.train import orphan
+    from wellfed.train.run import orphan
 
     storage, params = str(tmp_path / "ckpt"), {"train.lr": 1e-4, "ray.num_workers": 1}
     model, reports = tmp_path / "data" / "model", tmp_path / "data" / "train"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from wellfed.train import run_record
+from wellfed.train.outputs import run_record
 
 
 def test_a_record_is_read_back_for_its_own_model_only(tmp_path):

@@ -13,10 +13,13 @@ import torch
 
 from tests.conftest import random_token_files
 from wellfed.config import DataConfig, ModelConfig, TrainConfig, load_section
-from wellfed.train import checkpoint, driver, export, loop, reports, retention, selection
-from wellfed.train.loop import Place, TrainJob, train
-from wellfed.train.state import Best
-from wellfed.train.store import Store
+from wellfed.train.checkpoints import checkpoint, retention
+from wellfed.train.checkpoints.state import Best
+from wellfed.train.checkpoints.store import Store
+from wellfed.train.outputs import export, reports
+from wellfed.train.run import driver
+from wellfed.train.step import loop, selection
+from wellfed.train.step.loop import Place, TrainJob, train
 
 CPU = Place(torch.device("cpu"))
 
@@ -231,7 +234,7 @@ def test_the_chosen_step_is_printed_and_logged_to_mlflow(job, tmp_path, capsys):
     import mlflow
 
     from wellfed.track import tracking
-    from wellfed.train.store import Entry
+    from wellfed.train.checkpoints.store import Entry
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     run_id = tracking.start_run(uri, "best", "r")

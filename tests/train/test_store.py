@@ -16,10 +16,11 @@ import torch
 from tests.conftest import random_token_files
 from wellfed.config import DataConfig, ModelConfig, RayConfig, TrainConfig
 from wellfed.outputs import WriteFault
-from wellfed.train import checkpoint, driver, retention
-from wellfed.train.loop import TrainJob
+from wellfed.train.checkpoints import checkpoint, retention
+from wellfed.train.run import driver
+from wellfed.train.step.loop import TrainJob
 from wellfed.disk import link_tree
-from wellfed.train.store import Entry, Store
+from wellfed.train.checkpoints.store import Entry, Store
 
 
 def fake_checkpoint(folder: Path, step: int, size: int = 1000) -> Path:

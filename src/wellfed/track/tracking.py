@@ -2,8 +2,8 @@
 
 One MLflow run per pipeline run: the train stage opens it and writes its id to a small file that
 evaluate reads to append its own metrics. Workers never talk to MLflow; the Ray Train controller
-calls `wellfed.train.callback.MlflowCallback.after_report` with every worker's metrics, and it
-logs them at their steps through the helpers here.
+calls `wellfed.train.outputs.callback.MlflowCallback.after_report` with every worker's metrics,
+and it logs them at their steps through the helpers here.
 """
 
 from __future__ import annotations

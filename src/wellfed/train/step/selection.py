@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 
 from wellfed import tasks
-from wellfed.train.state import Best
+from wellfed.train.checkpoints.state import Best
 
 LOWER_IS_BETTER = ("val/loss", "val/mse")
 """Validation figures where smaller is better; every other val/* figure is higher-is-better."""

@@ -22,7 +22,7 @@ import dataclasses
 
 from wellfed import cluster
 from wellfed.config import RayConfig
-from wellfed.train.failures import TrainingFailed
+from wellfed.train.run.failures import TrainingFailed
 
 LOST_TAG = "wellfed.lost_node"
 """Run tag: what a lost node did to the run, in the console's words (the latest time)."""
@@ -77,7 +77,7 @@ def after_ray_train(workers: RayConfig, asked: RayConfig, per_worker: dict[str, 
     was not a lost node: the caller raises it); else the config to continue with (fewer
     workers), said in one line and tagged on the MLflow run; or raise `stopped`'s line."""
     from wellfed.track import tracking
-    from wellfed.train.mlflow_run import world_size_change
+    from wellfed.train.run.mlflow_run import world_size_change
 
     nodes = cluster.live_nodes()
     room = room_left(nodes, per_worker, workers.num_workers, workers.placement_strategy)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from wellfed.train.selection import RANK_KEY
+from wellfed.train.step.selection import RANK_KEY
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,11 @@ import traceback
 from pathlib import Path
 
 from wellfed import device as dev
-from wellfed.train import retention, runs, selection
-from wellfed.train.loop import Place, TrainJob, train
-from wellfed.train.store import Entry, Store
+from wellfed.train.checkpoints import retention
+from wellfed.train.checkpoints.store import Entry, Store
+from wellfed.train.run import runs
+from wellfed.train.step import selection
+from wellfed.train.step.loop import Place, TrainJob, train
 
 
 def fit(job: TrainJob, store: Store, launch: str, callback, *, resume: Entry | None,

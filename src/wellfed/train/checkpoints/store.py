@@ -50,8 +50,8 @@ import pyarrow.fs as pafs
 from wellfed.data import staging
 from wellfed.disk import file_sha256, usage
 from wellfed.outputs import shown, write_fault
-from wellfed.train import checkpoint
-from wellfed.train.state import TrainState
+from wellfed.train.checkpoints import checkpoint
+from wellfed.train.checkpoints.state import TrainState
 
 LAUNCH = re.compile(r"(\d{2,})-(in_process|ray_train|ray_task)")
 ENTRY = re.compile(r"checkpoint_(\d+)")

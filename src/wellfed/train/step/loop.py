@@ -32,14 +32,15 @@ from wellfed.telemetry.gpu import DeviceSampler
 from wellfed.telemetry.meter import StepMeter
 from wellfed.telemetry.peak import device_peak
 from wellfed.telemetry.phases import Phases
-from wellfed.train import checkpoint, graphs, selection
-from wellfed.train.checkpoint import unwrap
-from wellfed.train.feeding import feed
-from wellfed.train.setup import learning_rate, run_facts, setup
-from wellfed.train.state import TrainState
-from wellfed.train.step import StepResult, train_step
-from wellfed.train.validation import evaluate_split
-from wellfed.train.worker_report import WorkerFacts, WorkerReport
+from wellfed.train.checkpoints import checkpoint
+from wellfed.train.checkpoints.checkpoint import unwrap
+from wellfed.train.checkpoints.state import TrainState
+from wellfed.train.step import graphs, selection
+from wellfed.train.step.feeding import feed
+from wellfed.train.step.setup import learning_rate, run_facts, setup
+from wellfed.train.step.step import StepResult, train_step
+from wellfed.train.step.validation import evaluate_split
+from wellfed.train.step.worker_report import WorkerFacts, WorkerReport
 
 Report = Callable[[dict, "Path | None"], None]
 """report(metrics, checkpoint_dir or None): called on every rank with WorkerReport.as_dict()

@@ -15,7 +15,7 @@ from wellfed.evaluate import predictions, temperature
 from wellfed.outputs import atomic_path
 from wellfed.telemetry.phases import Phases
 from wellfed.track import tracking
-from wellfed.train import checkpoint
+from wellfed.train.checkpoints import checkpoint
 
 
 def write_hf(ckpt: Path, job, out: Path) -> None:

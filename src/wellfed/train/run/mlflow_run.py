@@ -9,18 +9,18 @@ from typing import TYPE_CHECKING
 
 from wellfed.config import RayConfig
 from wellfed.track import provenance, tracking
-from wellfed.train import runs
+from wellfed.train.run import runs
 
 if TYPE_CHECKING:
-    from wellfed.train.loop import TrainJob
-    from wellfed.train.store import Entry
+    from wellfed.train.checkpoints.store import Entry
+    from wellfed.train.step.loop import TrainJob
 
 
 def open_run(run: runs.Run, uri: str, experiment: str, params: dict, tags: dict,
              derived: dict, storage: Path, resume: Entry | None) -> tuple[str, Path]:
     """Start (or resume) the MLflow run, record it in the run file, log a backlog an interrupted
     run left, log params; return (run id, backlog path)."""
-    from wellfed.train.callback import flush_backlog
+    from wellfed.train.outputs.callback import flush_backlog
 
     run_id = tracking.start_run(uri, experiment, run.title, run.resume_id, run.tags())
     if run.resume_id == run_id:  # the step it resumes from is rank 0's line, once training starts

@@ -32,7 +32,7 @@ from wellfed.config import ModelConfig, TrainConfig, number
 from wellfed.data import staging
 from wellfed.data.token_files import TokenFile
 from wellfed.outputs import write_fault
-from wellfed.train import orphan
+from wellfed.train.run import orphan
 
 RUN_FILE = "wellfed_run.json"
 TRACEBACK = "traceback.txt"
@@ -174,7 +174,7 @@ def latest_step(store) -> int | None:
 
 
 def planned_steps(job) -> int:
-    from wellfed.train.setup import total_steps
+    from wellfed.train.step.setup import total_steps
 
     return total_steps(len(TokenFile(job.tokens_dir / "train.arrow")), job.train)
 

@@ -27,17 +27,19 @@ from wellfed.data.token_files import TokenFile
 from wellfed.errors import StageError
 from wellfed.telemetry.phases import Phases
 from wellfed.track import tracking
-from wellfed.train import failures, lost_node, preemption, retention, runs, selection
-from wellfed.train.mlflow_run import derived_tags, marked_failed, open_run
-from wellfed.train.placement import SHARED_GPUS, fit_placed, placed, queued
-from wellfed.train.preflight import (check_outputs, check_request, check_resources, in_process,
-                                     local_gpu)
-from wellfed.train.runs import kept_while_running, latest_step, planned_steps
-from wellfed.train.state import Best
-from wellfed.train.store import Entry, Store
+from wellfed.train.checkpoints import preemption, retention
+from wellfed.train.checkpoints.state import Best
+from wellfed.train.checkpoints.store import Entry, Store
+from wellfed.train.run import failures, lost_node, runs
+from wellfed.train.run.mlflow_run import derived_tags, marked_failed, open_run
+from wellfed.train.run.placement import SHARED_GPUS, fit_placed, placed, queued
+from wellfed.train.run.preflight import (check_outputs, check_request, check_resources,
+                                         in_process, local_gpu)
+from wellfed.train.run.runs import kept_while_running, latest_step, planned_steps
+from wellfed.train.step import selection
 
 if TYPE_CHECKING:
-    from wellfed.train.loop import TrainJob
+    from wellfed.train.step.loop import TrainJob
 
 log = logging.getLogger(__name__)
 
@@ -71,9 +73,9 @@ def run_trainer(worker, ray_cfg: RayConfig, use_gpu: bool, store: Store,
     import ray.train
     from ray.train.torch import TorchTrainer
 
-    from wellfed.train.callback import MlflowCallback, StoreCallback
-    from wellfed.train.ray_callback import RayCallback
-    from wellfed.train.worker import train_loop_per_worker
+    from wellfed.train.outputs.callback import MlflowCallback, StoreCallback
+    from wellfed.train.run.ray_callback import RayCallback
+    from wellfed.train.run.worker import train_loop_per_worker
 
     flag = preemption.new_stop_flag()
     worker = dataclasses.replace(worker, stop_flag=flag, resume=(
@@ -150,8 +152,8 @@ def run_in_process(job: TrainJob, ray_cfg: RayConfig, use_gpu: bool, run: runs.R
     """train/local.py's loop in this process, inside the MLflow run, stoppable like Ray's."""
     import mlflow
 
-    from wellfed.train import local
-    from wellfed.train.callback import MlflowCallback, retries_restored
+    from wellfed.train.outputs.callback import MlflowCallback, retries_restored
+    from wellfed.train.run import local
 
     callback = MlflowCallback(uri, run_id, str(backlog), background=True)
     stop = threading.Event()
@@ -214,7 +216,7 @@ def announce(trained: Trained, uri: str, run_id: str) -> None:
 
 def flush(uri: str, run_id: str, backlog: Path) -> None:
     """After training: metrics held back while MLflow was down are logged now."""
-    from wellfed.train.callback import flush_backlog
+    from wellfed.train.outputs.callback import flush_backlog
 
     try:
         if flushed := flush_backlog(uri, run_id, backlog):
@@ -253,8 +255,8 @@ def fit_on_ray(job: TrainJob, run: runs.Run, store: Store, resume: Entry | None,
     """Ray Train: connect (or start a local Ray), run the TorchTrainer, stop Ray."""
     import ray
 
-    from wellfed.train.preflight import wants_gpu
-    from wellfed.train.worker import WorkerConfig
+    from wellfed.train.run.preflight import wants_gpu
+    from wellfed.train.run.worker import WorkerConfig
 
     with clock("ray start"), preemption.daemons_apart(local=not cluster_address(ray_cfg)):
         connect(ray_cfg)  # a signal to dvc's group spares the daemons; gone with the driver
@@ -303,7 +305,7 @@ def fit(*, tokens_dir: Path, model_source: str, labels: list[str], pad_id: int, 
     checkpoint storage and a local MLflow store (train/preflight.py)."""
     clock = clock or Phases()
     local_token_auth(ray_cfg)
-    from wellfed.train.loop import TrainJob
+    from wellfed.train.step.loop import TrainJob
 
     check_request(train_cfg, ray_cfg)
     run = runs.plan(tokens_dir, train_cfg, model_cfg,

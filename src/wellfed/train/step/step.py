@@ -17,8 +17,8 @@ from wellfed import device as dev
 from wellfed import tasks
 from wellfed.data.batching import Step
 from wellfed.telemetry.meter import StepMeter
-from wellfed.train import autobatch, graphs
-from wellfed.train.setup import Setup
+from wellfed.train.step import autobatch, graphs
+from wellfed.train.step.setup import Setup
 
 
 class StepResult(NamedTuple):

@@ -33,8 +33,8 @@ import torch
 from wellfed import device as dev
 from wellfed import tasks
 from wellfed.config import TrainConfig
-from wellfed.train import gradients
-from wellfed.train.checkpoint import unwrap
+from wellfed.train.checkpoints.checkpoint import unwrap
+from wellfed.train.step import gradients
 
 
 def choose(cfg: TrainConfig, device: torch.device, world: int) -> tuple[str, str]:

@@ -110,11 +110,12 @@ def fit_placed(job, run, store, resume, ray_cfg, tokens_dir, opened, uri: str, c
 
     from wellfed.errors import StageError
     from wellfed.cluster import connect
-    from wellfed.train import lost_node, preemption
-    from wellfed.train.driver import marked_killed, marked_killed_on_stop
-    from wellfed.train.mlflow_run import derived_tags, marked_failed
-    from wellfed.train.preflight import wants_gpu
-    from wellfed.train.runs import (
+    from wellfed.train.checkpoints import preemption
+    from wellfed.train.run import lost_node
+    from wellfed.train.run.driver import marked_killed, marked_killed_on_stop
+    from wellfed.train.run.mlflow_run import derived_tags, marked_failed
+    from wellfed.train.run.preflight import wants_gpu
+    from wellfed.train.run.runs import (
         kept_while_running,
         latest_step,
         planned_steps,
@@ -166,8 +167,8 @@ def resend(label: str, restarts: int, max_failures: int, store, need: dict[str, 
     import ray
 
     from wellfed.track import tracking
-    from wellfed.train import lost_node
-    from wellfed.train.runs import latest_step
+    from wellfed.train.run import lost_node
+    from wellfed.train.run.runs import latest_step
 
     step = latest_step(store)
     stop = None
@@ -201,9 +202,9 @@ def trial(job, store, launch, resume, keep, use_gpu, threads, uri, run_id, backl
     import torch
 
     from wellfed.track import tracking
-    from wellfed.train import local
-    from wellfed.train.callback import MlflowCallback, retries_restored
-    from wellfed.train.preemption import StopCheck
+    from wellfed.train.checkpoints.preemption import StopCheck
+    from wellfed.train.outputs.callback import MlflowCallback, retries_restored
+    from wellfed.train.run import local
 
     if tokens_uri:  # multi-node: this node's copy of the staged token files
         from wellfed.data.staging import localize

@@ -25,7 +25,7 @@ from wellfed.track.tracking import (
     set_tags,
     worker_time_tag,
 )
-from wellfed.train import retention
+from wellfed.train.checkpoints import retention
 
 QUICK_RETRIES = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}
 

@@ -22,8 +22,8 @@ from wellfed import device as dev
 from wellfed.config import number
 from wellfed.data.batching import BatchSpec, Step, micro_shape, padded_tokens, split_step
 from wellfed.errors import StageError
-from wellfed.train import graphs
-from wellfed.train.checkpoint import unwrap
+from wellfed.train.checkpoints.checkpoint import unwrap
+from wellfed.train.step import graphs
 
 HEADROOM = 0.85
 """Share of the probed budget, and of the device's memory, that training may use: the probe

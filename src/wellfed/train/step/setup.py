@@ -13,7 +13,7 @@ from wellfed import device as dev
 from wellfed.config import TrainConfig
 from wellfed.data import shapes
 from wellfed.data.batching import BatchSpec, steps_per_epoch
-from wellfed.train import autobatch, gradients, graphs
+from wellfed.train.step import autobatch, gradients, graphs
 
 
 @dataclass

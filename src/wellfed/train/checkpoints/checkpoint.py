@@ -29,7 +29,7 @@ import torch
 
 from wellfed.disk import write_failure, writing
 from wellfed.outputs import shown
-from wellfed.train.state import TrainState
+from wellfed.train.checkpoints.state import TrainState
 
 MODEL = "model.pt"
 OPTIM = "optim.pt"

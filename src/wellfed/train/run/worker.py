@@ -22,11 +22,11 @@ from pathlib import Path
 import torch
 
 from wellfed.outputs import unwritable
-from wellfed.train import selection
-from wellfed.train.checkpoint import Damaged
-from wellfed.train.loop import Place, TrainJob, train
-from wellfed.train.preemption import StopCheck
-from wellfed.train.store import Store
+from wellfed.train.checkpoints.checkpoint import Damaged
+from wellfed.train.checkpoints.preemption import StopCheck
+from wellfed.train.checkpoints.store import Store
+from wellfed.train.step import selection
+from wellfed.train.step.loop import Place, TrainJob, train
 
 
 def permanent(err: BaseException) -> bool:
@@ -98,7 +98,7 @@ def train_loop_per_worker(config: dict) -> None:
                   wrap=ray.train.torch.prepare_model, stop=stop.check)
     except Exception as err:
         if flag is not None and permanent(err):
-            from wellfed.train.failures import RAY_LOGS, message
+            from wellfed.train.run.failures import RAY_LOGS, message
 
             ray.get(flag.fail.remote(message(place.rank, err, RAY_LOGS)))
         raise

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from wellfed.errors import StageError
 from wellfed.outputs import WriteFault
-from wellfed.train.checkpoint import Damaged
+from wellfed.train.checkpoints.checkpoint import Damaged
 
 RAY_LOGS = "Ray's logs under /tmp/ray/session_latest/logs"
 

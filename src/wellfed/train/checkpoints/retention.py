@@ -9,8 +9,8 @@ import contextlib
 from pathlib import Path
 
 from wellfed.disk import file_sha256, link_tree
-from wellfed.train import checkpoint
-from wellfed.train.store import Entry, Store
+from wellfed.train.checkpoints import checkpoint
+from wellfed.train.checkpoints.store import Entry, Store
 
 
 def prune(store: Store, keep: int | None, best: bool) -> int:

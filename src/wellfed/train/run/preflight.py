@@ -81,7 +81,7 @@ def check_outputs(job, store, outputs: tuple[Path, Path], mlflow_folder: Path | 
     under train.keep_checkpoints, in the store (a local one); the exported model beside
     `outputs`' model folder; the MLflow store's copy of it (a local one); the reports."""
     from wellfed.model import weight_bytes
-    from wellfed.train.runs import kept_while_running, planned_steps
+    from wellfed.train.run.runs import kept_while_running, planned_steps
 
     weights = weight_bytes(job.model_source)
     steps, every = planned_steps(job), job.train.checkpoint_every

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from wellfed.train.checkpoint import unwrap
+from wellfed.train.checkpoints.checkpoint import unwrap
 
 MODE = "max-autotune-no-cudagraphs"
 """Inductor picks each matrix multiply's kernel by timing candidates (at compile time, then
