@@ -194,7 +194,7 @@ def test_a_stage_run_by_hand_outlives_a_parent_that_exits(tmp_path):
 
 
 # A driver that starts a "daemon" (a sleep, standing for local Ray's) inside daemons_apart, as
-# driver.fit_on_ray starts Ray, prints both pids, then waits to be killed.
+# ray_train.fit_on_ray starts Ray, prints both pids, then waits to be killed.
 DRIVER = textwrap.dedent("""
     import os, subprocess, sys, time
     from wellfed.train.checkpoints import preemption

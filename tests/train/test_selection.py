@@ -17,7 +17,7 @@ from wellfed.train.checkpoints import checkpoint, retention
 from wellfed.train.checkpoints.state import Best
 from wellfed.train.checkpoints.store import Store
 from wellfed.train.outputs import export, reports
-from wellfed.train.run import driver
+from wellfed.train.run import driver, placement, ray_train
 from wellfed.train.step import loop, selection
 from wellfed.train.step.loop import Place, TrainJob, train
 
@@ -211,7 +211,8 @@ def test_fit_refuses_a_wrong_select_metric_before_ray_starts(job, tmp_path, monk
     from wellfed.config import RayConfig
 
     monkeypatch.setattr(driver, "local_token_auth", lambda cfg: None)  # no env side effect
-    monkeypatch.setattr(driver, "connect", lambda cfg: pytest.fail("Ray was started"))
+    monkeypatch.setattr(ray_train, "connect", lambda cfg: pytest.fail("Ray was started"))
+    monkeypatch.setattr(placement, "connect", lambda cfg: pytest.fail("Ray was started"))
     monkeypatch.setattr(driver, "open_run", lambda *a: pytest.fail("training began"))  # in-process
     with pytest.raises(ValueError, match="not a validation figure of this single_label task"):
         driver.fit(tokens_dir=job.tokens_dir, model_source=job.model_source, labels=["a", "b"],

@@ -1,5 +1,6 @@
 """The training run's MLflow run: opened, or reopened for a resume (saying from where, and on
-how many workers now), with the params and what the driver decided as `derived.*` tags."""
+how many workers now), with the params and what the driver decided as `derived.*` tags; marked
+FAILED on an error and KILLED on a stop (resumable, not failed)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from wellfed.config import RayConfig
 from wellfed.track import provenance, tracking
+from wellfed.train.checkpoints import preemption
 from wellfed.train.run import runs
 
 if TYPE_CHECKING:
@@ -95,4 +97,27 @@ def marked_failed(uri: str, run_id: str):
         status = "KILLED" if isinstance(err, KeyboardInterrupt) else "FAILED"
         with contextlib.suppress(Exception):  # MLflow down: the stage's own error says more
             mlflow.MlflowClient(uri).set_terminated(run_id, status)
+        raise
+
+
+def marked_killed(uri: str, run_id: str):
+    """What marks the MLflow run KILLED on a stop at once (the process then ends: no `with`
+    block around the run gets to end it)."""
+    def mark() -> None:
+        import mlflow
+
+        mlflow.MlflowClient(uri).set_terminated(run_id, "KILLED")
+
+    return mark
+
+
+@contextlib.contextmanager
+def marked_killed_on_stop(uri: str, run_id: str):
+    """A stop on a signal marks the MLflow run KILLED: resumable, not failed (a rerun sets it
+    running again). For a run no fluent `mlflow.start_run` holds (one placed Ray task)."""
+    try:
+        yield
+    except preemption.Stopped:
+        with contextlib.suppress(Exception):  # MLflow down: the stop's own line says more
+            marked_killed(uri, run_id)()
         raise

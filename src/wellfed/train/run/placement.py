@@ -14,6 +14,17 @@ from __future__ import annotations
 
 from typing import Callable
 
+from wellfed.cluster import cluster_address, connect
+from wellfed.errors import StageError
+from wellfed.track import tracking
+from wellfed.train.checkpoints import preemption
+from wellfed.train.run import lost_node
+from wellfed.train.run.mlflow_run import (derived_tags, marked_failed, marked_killed,
+                                          marked_killed_on_stop)
+from wellfed.train.run.preflight import wants_gpu
+from wellfed.train.run.runs import (kept_while_running, latest_step, planned_steps,
+                                    staged_tokens, training)
+
 GPU = "GPU"
 
 
@@ -96,8 +107,6 @@ SHARED_GPUS = ("[wellfed] a queued trial on this machine's cuda:0: `dvc queue st
 
 def placed(ray_cfg) -> bool:
     """One worker and a cluster to join (ray.in_process: auto): a placed trial, not Ray Train."""
-    from wellfed.cluster import cluster_address
-
     return (ray_cfg.in_process == "auto" and ray_cfg.num_workers == 1
             and bool(cluster_address(ray_cfg)))
 
@@ -107,21 +116,6 @@ def fit_placed(job, run, store, resume, ray_cfg, tokens_dir, opened, uri: str, c
     places with `ray.cpus_per_worker` CPUs and `ray.gpus_per_worker` of a GPU. Stops on
     SIGTERM/Ctrl-C like a Ray Train run (the run's StopFlag actor)."""
     import ray
-
-    from wellfed.errors import StageError
-    from wellfed.cluster import connect
-    from wellfed.train.checkpoints import preemption
-    from wellfed.train.run import lost_node
-    from wellfed.train.run.driver import marked_killed, marked_killed_on_stop
-    from wellfed.train.run.mlflow_run import derived_tags, marked_failed
-    from wellfed.train.run.preflight import wants_gpu
-    from wellfed.train.run.runs import (
-        kept_while_running,
-        latest_step,
-        planned_steps,
-        staged_tokens,
-        training,
-    )
 
     with clock("ray start"), preemption.daemons_apart(local=False):  # a cluster's own daemons
         connect(ray_cfg)
@@ -166,10 +160,6 @@ def resend(label: str, restarts: int, max_failures: int, store, need: dict[str, 
     MLflow run FAILED, its checkpoint kept)."""
     import ray
 
-    from wellfed.track import tracking
-    from wellfed.train.run import lost_node
-    from wellfed.train.run.runs import latest_step
-
     step = latest_step(store)
     stop = None
     if max_failures != -1 and restarts > max_failures:
@@ -201,8 +191,6 @@ def trial(job, store, launch, resume, keep, use_gpu, threads, uri, run_id, backl
 
     import torch
 
-    from wellfed.track import tracking
-    from wellfed.train.checkpoints.preemption import StopCheck
     from wellfed.train.outputs.callback import MlflowCallback, retries_restored
     from wellfed.train.run import local
 
@@ -210,7 +198,7 @@ def trial(job, store, launch, resume, keep, use_gpu, threads, uri, run_id, backl
         from wellfed.data.staging import localize
 
         job = dataclasses.replace(job, tokens_dir=localize(tokens_uri, tokens_hash))
-    stop = StopCheck(flag)
+    stop = preemption.StopCheck(flag)
     tracking.set_tags(uri, run_id, {"derived.placement": where()})
     with retries_restored():
         local.fit(job, store, launch, MlflowCallback(uri, run_id, backlog, background=True),
