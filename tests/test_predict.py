@@ -57,8 +57,9 @@ def test_bad_input_is_one_line_exit_1_and_no_output(tmp_path, pair_model):
               "not 1")]
     for args, expected in cases:
         out = tmp_path / "out.parquet"
-        proc = subprocess.run([sys.executable, "-m", "wellfed.use.predict", str(pair_model), args[0],
-                               str(out), *args[1:]], capture_output=True, text=True, timeout=600)
+        proc = subprocess.run([sys.executable, "-m", "wellfed.use.predict_command",
+                               str(pair_model), args[0], str(out), *args[1:]],
+                              capture_output=True, text=True, timeout=600)
         assert proc.returncode == 1, proc.stderr
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], lines
@@ -145,9 +146,9 @@ def test_a_registry_uri_predicts_with_that_version(tmp_path, monkeypatch, pair_m
     source.write_text("premise\thypothesis\nA man sleeps.\tA man rests.\nA dog.\tA cat.\n")
 
     def cli(model: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "wellfed.use.predict", model, str(source),
-                               str(tmp_path / "out.csv")], capture_output=True, text=True,
-                              timeout=300, cwd=tmp_path)
+        return subprocess.run([sys.executable, "-m", "wellfed.use.predict_command", model,
+                               str(source), str(tmp_path / "out.csv")], capture_output=True,
+                              text=True, timeout=300, cwd=tmp_path)
 
     proc = cli("models:/demo@champion")  # no store here yet: one line, and no store made
     assert proc.returncode == 1 and proc.stderr.strip() == (
@@ -211,7 +212,7 @@ def test_into_a_pipe_there_is_no_progress_bar_to_glue_lines_onto(tmp_path, pair_
     source = tmp_path / "new.tsv"
     source.write_text("premise\thypothesis\nA man sleeps.\tA man rests.\nA dog.\tA cat.\n")
     out = tmp_path / "out.csv"
-    proc = subprocess.run([sys.executable, "-m", "wellfed.use.predict", str(pair_model),
+    proc = subprocess.run([sys.executable, "-m", "wellfed.use.predict_command", str(pair_model),
                            str(source), str(out)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert "\r" not in proc.stdout + proc.stderr and "rows/s" not in proc.stderr, proc.stderr

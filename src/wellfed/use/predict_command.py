@@ -9,8 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-CHUNK_ROWS = 8192
-"""Rows per model pass by default: bounds memory, keeps the length buckets full."""
+from wellfed.config import PredictConfig
 
 USAGE = """Predictions on new, unlabelled files with a registered model or an exported model directory.
 
@@ -38,8 +37,8 @@ def parser() -> argparse.ArgumentParser:
     parse.add_argument("--workers", type=int, default=0,
                        help="Ray Data workers (one GPU or CPU each) on a local Ray or the "
                             "cluster $RAY_ADDRESS names; 0 = this process only (default)")
-    parse.add_argument("--chunk-rows", type=int, default=CHUNK_ROWS,
-                       help=f"rows per model pass (default {CHUNK_ROWS})")
+    parse.add_argument("--chunk-rows", type=int, default=PredictConfig.chunk_rows,
+                       help=f"rows per model pass (default {PredictConfig.chunk_rows})")
     return parse
 
 
