@@ -13,7 +13,7 @@ import pytest
 from tests.test_serving import TEXTS, save_model
 from wellfed.config import PredictConfig, load_params
 from wellfed.data import sources
-from wellfed.use import serving
+from wellfed.use import logged_model, serving
 from wellfed.use.predict import input_chunks, predict_file, write_predictions
 
 
@@ -158,7 +158,7 @@ def test_a_registry_uri_predicts_with_that_version(tmp_path, monkeypatch, pair_m
     assert not (tmp_path / "mlflow.db").exists()
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     run_id = tracking.start_run(uri, "demo", "r")
-    _, version = serving.log_model(uri, run_id, pair_model, "demo")
+    _, version = logged_model.log_model(uri, run_id, pair_model, "demo")
     proc = cli("models:/demo@champion")  # registered, but no alias yet
     assert proc.returncode == 1 and "models:/demo@champion: no such registered version in " \
         f"{uri} (registered models: demo); the evaluate stage sets the alias" in proc.stderr
