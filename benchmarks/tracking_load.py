@@ -1,12 +1,12 @@
 """Where sqlite stops being enough: N trials reporting at once into the project's sqlite store
 and into the team store (an MLflow server on PostgreSQL, scripts/team_store.py).
 
-Each reporter is what a trial's driver runs: `MlflowCallback.after_report` (train/callback.py)
-fed a worker's report as the loop builds it (`WorkerReport.as_dict`: 10 steps of loss, lr,
-grad norm and epoch, the interval figures: 54 metric values, one MLflow batch), one report every
-`PACE_S` seconds, `REPORTS` times, then the driver's end-of-training flush of anything held back.
-N = 4, 16, 64 reporters run as up to `PROCESSES` processes of N / PROCESSES threads each (64
-processes importing MLflow would measure the imports on 2 cores, not the store).
+Each reporter is what a trial's driver runs: `MlflowCallback.after_report`
+(train/outputs/callback.py) fed a worker's report as the loop builds it (`WorkerReport.as_dict`: 10
+steps of loss, lr, grad norm and epoch, the interval figures: 54 metric values, one MLflow batch),
+one report every `PACE_S` seconds, `REPORTS` times, then the driver's end-of-training flush of
+anything held back. N = 4, 16, 64 reporters run as up to `PROCESSES` processes of N / PROCESSES
+threads each (64 processes importing MLflow would measure the imports on 2 cores, not the store).
 
 Per backend and N: the latency of a report (p50, p99: `after_report`'s own time, the write
 included), the reports that failed at first (held back in the backlog, retried at the next

@@ -1,4 +1,4 @@
-"""Before any work, the stores a run writes to answer (track/stores.py, train/preflight.py): one
+"""Before any work, the stores a run writes to answer (track/stores.py, train/run/preflight.py): one
 line naming the setting and the fix otherwise. A real PostgreSQL refusing a password or a
 database is tests/e2e/test_team_checks.py; here, what needs no server."""
 

@@ -203,10 +203,10 @@ def stage_process(root: int, script: str) -> psutil.Process:
 
 
 def test_a_driver_killed_outright_leaves_no_ray_process_behind(base, tmp_path):
-    """SIGKILL to the train stage alone (the OOM killer's way) on Ray Train under dvc: no
-    cleanup runs in it, the raylet dies with it, and the reaper in the daemons' process group
-    (train/preemption.py) ends the rest: Ray's DashboardAgent and RuntimeEnvAgent outlived the
-    driver by 1.5 to 3 minutes before."""
+    """SIGKILL to the train stage alone (the OOM killer's way) on Ray Train under dvc: no cleanup
+    runs in it, the raylet dies with it, and the reaper in the daemons' process group
+    (train/checkpoints/preemption.py) ends the rest: Ray's DashboardAgent and RuntimeEnvAgent
+    outlived the driver by 1.5 to 3 minutes before."""
     project = fresh(base, tmp_path, train={"epochs": 4})
     proc = subprocess.Popen(["dvc", "repro", "train"], cwd=project, env=env(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

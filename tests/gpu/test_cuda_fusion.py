@@ -1,4 +1,4 @@
-"""The compiled-per-shape forward (train/fusion.py) on a real GPU: inductor's kernels for each
+"""The compiled-per-shape forward (train/step/fusion.py) on a real GPU: inductor's kernels for each
 planned shape, captured in the shape's CUDA graph, learn what the plain graphed step learns
 (bf16 rounding apart: fused kernels round in other places), and inductor's cache lands in
 the keyed folder. Inductor's default mode here: max-autotune only changes which matrix

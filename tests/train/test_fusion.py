@@ -1,8 +1,8 @@
-"""The compiled-per-shape forward of train/fusion.py on this CPU, with a counting backend in place
-of inductor (inductor compiled a 2-layer model for 148 s here; the real kernels and their
+"""The compiled-per-shape forward of train/step/fusion.py on this CPU, with a counting backend in
+place of inductor (inductor compiled a 2-layer model for 148 s here; the real kernels and their
 capture are tests/gpu/test_cuda_fusion.py): the planned step runs through it, compiles once per
-shape and not again, learns what the plain planned step learns, and keys its cache folder by
-the model, the shapes and the versions."""
+shape and not again, learns what the plain planned step learns, and keys its cache folder by the
+model, the shapes and the versions."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The planned step's flat gradient buffers (train/gradients.py): every trainable gradient is a
+"""The planned step's flat gradient buffers (train/step/gradients.py): every trainable gradient is a
 view into them and stays one through backward, zeroing, AdamW and a planned step; the
 all-reduce gives each rank the mean of the ranks' gradients (two gloo processes on this CPU);
 the update's capture is kept only where every rank made one (graphs.update); setup refuses a

@@ -1,4 +1,4 @@
-"""The planned step on CPU (train/graphs.py without the capture, which needs a GPU: tests/gpu):
+"""The planned step on CPU (train/step/graphs.py without the capture, which needs a GPU: tests/gpu):
 filler rows carry no loss and no gradient for every task, the shape plan learns exactly what the
 dynamic step learns, train.cuda_graphs picks the path it says, and an out-of-memory halving
 starts the shapes afresh."""

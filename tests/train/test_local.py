@@ -1,4 +1,4 @@
-"""When the train stage trains in its own process (train/local.py) and when on Ray Train."""
+"""When the train stage trains in its own process (train/run/local.py) and when on Ray Train."""
 
 import pytest
 

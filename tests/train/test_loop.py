@@ -38,7 +38,7 @@ def test_loader_processes_feed_exactly_what_inline_gathering_feeds(token_file, w
 def test_loader_processes_outlive_a_signal_to_the_process_group(token_file):
     """SIGTERM/SIGINT sent to `dvc repro`'s group reach the loader processes too (in-process
     training: they are the stage's children); the run must still finish its step and checkpoint
-    (train/preemption.py), so they ignore both."""
+    (train/checkpoints/preemption.py), so they ignore both."""
     import os
     import signal
 

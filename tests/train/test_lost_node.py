@@ -1,4 +1,4 @@
-"""What the driver does after Ray Train gave up on a lost node (train/lost_node.py): the
+"""What the driver does after Ray Train gave up on a lost node (train/run/lost_node.py): the
 cluster as Ray reports it is faked, the MLflow run is real (sqlite). The real two-raylet case,
 shrink, is tests/e2e/test_lost_node.py."""
 

@@ -55,7 +55,7 @@ def run_loop(rank: int, world: int, tokens: str, model_dir: str, out: str) -> No
         if directory is not None:
             seen["weights"] = torch.load(directory / "model.pt")
 
-    def no_ddp(model):  # train/loop.py must not wrap the planned path
+    def no_ddp(model):  # train/step/loop.py must not wrap the planned path
         raise AssertionError("the planned path was wrapped in DDP")
 
     try:

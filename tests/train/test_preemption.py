@@ -1,7 +1,7 @@
-"""Stopping, without a pipeline: the signal handlers that turn SIGTERM/SIGINT into a checkpoint
-and one line (train/preemption.py), the SLURM batch script that forwards SLURM's SIGTERM and
-requeues, and the global batches that let a resume change the worker count. The same faults
-through `dvc repro` are tests/e2e/test_preemption.py."""
+"""Stopping, without a pipeline: the signal handlers that turn SIGTERM/SIGINT into a checkpoint and
+one line (train/checkpoints/preemption.py), the SLURM batch script that forwards SLURM's SIGTERM and
+requeues, and the global batches that let a resume change the worker count. The same faults through
+`dvc repro` are tests/e2e/test_preemption.py."""
 
 from __future__ import annotations
 

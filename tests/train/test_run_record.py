@@ -1,4 +1,4 @@
-"""data/train/run.json (wellfed/train/run_record.py): evaluate appends to the MLflow run it
+"""data/train/run.json (wellfed/train/outputs/run_record.py): evaluate appends to the MLflow run it
 names only when data/model is the model that run exported; else, or without one, one line."""
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Best checkpoint and early stopping, in-process with the tiny model: a planted validation curve
 (the loop's `evaluate_split` replaced by a script), checkpoints persisted and pruned by wellfed's
-store (train/store.py) as both engines prune them, then chosen by the driver and exported."""
+store (train/checkpoints/store.py) as both engines prune them, then chosen by the driver and
+exported."""
 
 from __future__ import annotations
 

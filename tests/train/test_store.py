@@ -1,6 +1,6 @@
-"""wellfed's checkpoint store (train/store.py) on its properties: written whole or not at all,
-checked against its manifest before a resume, damage said in one line, retention, completion;
-then the driver resuming across damage, in-process and (marked e2e) on Ray Train."""
+"""wellfed's checkpoint store (train/checkpoints/store.py) on its properties: written whole or not
+at all, checked against its manifest before a resume, damage said in one line, retention,
+completion; then the driver resuming across damage, in-process and (marked e2e) on Ray Train."""
 
 from __future__ import annotations
 

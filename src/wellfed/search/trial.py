@@ -1,4 +1,4 @@
-"""One search trial: the ordinary training loop (train/loop.py) in a warm Ray Tune worker,
+"""One search trial: the ordinary training loop (train/step/loop.py) in a warm Ray Tune worker,
 reporting to Tune at its rungs.
 
 Warm: Tune reuses each worker process from one trial to the next (`reuse_actors`), so a trial

@@ -281,7 +281,7 @@ def interval_metrics(reports: list[dict]) -> dict[str, float]:
             out[f"{WORKERS}{key}_mean"] = values[0]
     if reports[0].get("micro_batch_tokens"):  # a token budget, halved after a CUDA OOM: visible
         out[f"{WORKERS}micro_batch_tokens"] = reports[0]["micro_batch_tokens"]
-    if reports[0].get("graphs_captured"):  # the CUDA graph step (train/graphs.py): so far
+    if reports[0].get("graphs_captured"):  # the CUDA graph step (train/step/graphs.py): so far
         out[f"{WORKERS}graphs_captured"] = reports[0]["graphs_captured"]
         out[f"{WORKERS}graph_capture_s"] = reports[0]["graph_capture_s"]
     return out

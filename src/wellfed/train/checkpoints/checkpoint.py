@@ -1,20 +1,21 @@
-"""The checkpoint layout, named once: what one training checkpoint directory holds.
+"""The checkpoint layout, named once: what one training checkpoint directory holds (store.py
+here is train/checkpoints/store.py).
 
     model.pt          the model's state dict (unwrapped from DDP; LoRA adapters unmerged, so a
                       resume goes on training them): the weights, stored once
     optim.pt          optimizer, LR scheduler and GradScaler state; not in a run's final
                       checkpoint (the last step, or early stopping), which never trains on
     train_state.json  step, epoch and sampler position, the per-step history so far and the
-                      best validation so far (train/selection.py)
+                      best validation so far (train/step/selection.py)
     val_logits.npy    one worker, a step that validated: every validation row's logits, in
                       file order (the export's threshold and calibration use them)
     profile/          the final checkpoint only, when train.profile_steps is set: the trace
-    manifest.json     every other file's size and sha256, written last (train/store.py)
-    registered        written by the driver once it has the checkpoint's report (train/store.py)
+    manifest.json     every other file's size and sha256, written last (store.py)
+    registered        written by the driver once it has the checkpoint's report (store.py)
     hf_model/         a completed run's kept checkpoint only, instead of model.pt and optim.pt:
-                      hard links to the exported model's files (train/store.py, `complete`)
+                      hard links to the exported model's files (store.py, `complete`)
 
-The exported Hugging Face model (data/model) is made from model.pt (train/export.py).
+The exported Hugging Face model (data/model) is made from model.pt (train/outputs/export.py).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ collective, over gloo even when the gradients go over NCCL, so it never syncs th
 on this (busy) 2-core machine: 0.07 ms for the check on the pending call, 0.6 ms for the
 all-reduce between 2 ranks, per step.
 
-One local worker trains in the driver's own process (train/local.py): there the signal needs
+One local worker trains in the driver's own process (train/run/local.py): there the signal needs
 no channel, `run_stoppable` sets a threading.Event that the loop checks after every step, and
 the rest is the same.
 
@@ -108,7 +108,7 @@ class Stopped(Exception):
 
 class StopFlag:
     """One per run: workers hold a pending `wait()` call that the driver's `request()` resolves.
-    It also keeps the first permanent error a worker hit (`fail`, train/worker.py): the workers
+    It also keeps the first permanent error a worker hit (`fail`, train/run/worker.py): the workers
     Ray restarts after it read `failure()` and return at once, and the driver raises it."""
 
     def __init__(self):
@@ -132,7 +132,7 @@ class StopFlag:
 def new_stop_flag():
     """The run's `StopFlag` actor (no CPU: it must fit beside the workers on any cluster), on
     the driver's node: a flag on another node would die with it, and a dead flag reads as
-    "stop" to every worker (train/lost_node.py: the run goes on after a lost node)."""
+    "stop" to every worker (train/run/lost_node.py: the run goes on after a lost node)."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -175,7 +175,7 @@ class _AtOnce(BaseException):
 def run_stoppable(fit: Callable[[], T], request: Callable[[], object],
                   checkpoint_step: Callable[[], int | None], total: int,
                   killed: Callable[[], object] | None = None) -> T:
-    """Run `fit` (Ray Train's blocking `trainer.fit`, or the in-process loop: train/local.py)
+    """Run `fit` (Ray Train's blocking `trainer.fit`, or the in-process loop: train/run/local.py)
     with SIGTERM/SIGINT caught and return its result. A signal, or dvc's death seen by the
     watchdog, calls `request()` once, which asks the workers to stop (the StopFlag actor's
     `request.remote`, or an Event's `set`); the same signal again within DUPLICATE_S, and dvc's

@@ -1,6 +1,6 @@
 """What the checkpoint store keeps: while a run trains, the newest few and the best
-(train.keep_checkpoints); once it completes, the exported checkpoint alone, without its
-optimizer state, its weights linked to the exported model's files (train/store.py holds the
+(train.keep_checkpoints); once it completes, the exported checkpoint alone, without its optimizer
+state, its weights linked to the exported model's files (train/checkpoints/store.py holds the
 layout, the writes and the checks)."""
 
 from __future__ import annotations

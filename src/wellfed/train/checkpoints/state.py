@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 @dataclass
 class Best:
-    """The best validation so far (train/selection.py keeps it). The same on every rank: it is
+    """The best validation so far (train/step/selection.py keeps it). The same on every rank: it is
     updated from validation figures that are already all-reduced."""
 
     metric: str

@@ -1,12 +1,13 @@
 """wellfed's checkpoint store: one training run's checkpoints, in a local folder or on shared
 storage (a pyarrow.fs URI), the same for both engines (in-process and Ray Train).
 
-    <storage>/<run>/                      the run folder (train/runs.py: its name, wellfed_run.json)
+    <storage>/<run>/                      the run folder (train/run/runs.py: its name and
+                                          wellfed_run.json)
       01-in_process/                      a launch: one stage process's training, in-process or one
       02-ray_train/                         Ray Train fit (then also Ray's run folder)
         launch.json                       engine, start time, and its seconds once it ends
-        checkpoint_000040/                complete: train/checkpoint.py's files + manifest.json,
-                                          and `registered` once its report reached the driver
+        checkpoint_000040/                complete: checkpoint.py's files + manifest.json, and
+                                          `registered` once its report reached the driver
         .checkpoint_000050.tmp-<hex>/     being written: never read, removed by the next launch
       damaged-02-checkpoint_000050/       failed its check on a resume: moved aside, removed
                                           once the next checkpoint is registered
@@ -15,7 +16,7 @@ A checkpoint is written under a temporary name, its manifest (every file's size 
 last, and renamed when complete, so a folder named `checkpoint_*` is whole unless something
 damaged it afterwards (a disk error, a partial copy). Object stores have no rename: there the
 files go to the final name and the manifest, written last, is what marks it complete. What
-the store keeps while training and once the run completes: train/retention.py.
+the store keeps while training and once the run completes: train/checkpoints/retention.py.
 A checkpoint counts once its report has reached the driver, which logged its steps to MLflow
 and then marks it `registered` (`register`): a resume from one whose report was lost (the
 driver killed meanwhile) would leave those steps out of the MLflow run forever. A resume checks
@@ -26,7 +27,7 @@ and resumes from the newest good one.
 
 Why a folder per launch: Ray Train reloads the records of a run folder it has seen before and
 fails when a checkpoint they list is gone (pruned, moved aside, deleted by hand). A fit of its
-own never reloads anything: its workers start from what this store found good (train/worker.py),
+own never reloads anything: its workers start from what this store found good (train/run/worker.py),
 and Ray registers every checkpoint this store writes for it (`ray.train.report(
 checkpoint_upload_fn=...)`), so a worker restart (`ray.max_failures`) resumes from the latest.
 """
@@ -199,7 +200,7 @@ class Store:
 
     def commit(self, local: Path, launch: str, step: int, rank: int) -> str:
         """Put the checkpoint the loop wrote in `local` into `launch` as step `step` (with its
-        selection `rank`, train/selection.py): files, then the manifest, then the rename; a
+        selection `rank`, train/step/selection.py): files, then the manifest, then the rename; a
         `scratch` folder of this store is renamed as it is, anything else is copied. Returns
         its path. A folder that cannot be written: WriteFault, nothing left behind."""
         final = f"{self.dir}/{launch}/{dir_name(step)}"

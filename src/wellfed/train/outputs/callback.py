@@ -2,7 +2,7 @@
 `StoreCallback` registers and prunes the checkpoints they carry.
 
 Both are plain classes with Ray Train's `after_report(run_context, metrics, checkpoint)`: the
-in-process engine calls them directly, and on Ray Train `train/ray_callback.py` hands them to
+in-process engine calls them directly, and on Ray Train `train/run/ray_callback.py` hands them to
 the controller. Nothing here imports Ray (~1 s to import here, and absent on a box without it).
 """
 
@@ -229,10 +229,10 @@ class MlflowCallback:
 
 
 class StoreCallback:
-    """In the Ray Train controller, after the MlflowCallback: each checkpoint the store
-    wrote and Ray registered is marked registered in the store (its steps are in MLflow now),
-    then the run's checkpoints are pruned to train.keep_checkpoints (train/store.py). Ray
-    itself keeps every one it registered (no `num_to_keep`): the store decides."""
+    """In the Ray Train controller, after the MlflowCallback: each checkpoint the store wrote and
+    Ray registered is marked registered in the store (its steps are in MLflow now), then the run's
+    checkpoints are pruned to train.keep_checkpoints (train/checkpoints/store.py). Ray itself keeps
+    every one it registered (no `num_to_keep`): the store decides."""
 
     def __init__(self, store, keep: int | None, best: bool):
         self.store, self.keep, self.best = store, keep, best

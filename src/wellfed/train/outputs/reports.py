@@ -44,7 +44,7 @@ def summarize(history: list[dict], seconds: float, figures, best=None,
     if model is not None and evals[-1] is not model:
         out.update({f"val_last/{k.removeprefix('val/')}": v for k, v in evals[-1].items()
                     if k.startswith("val/")})
-    if best is not None and best.step:  # a train/state.py Best
+    if best is not None and best.step:  # a train/checkpoints/state.py Best
         out["train/best_step"] = best.step
     return {**out, "train/rows": int(sum(h["rows"] for h in history)),
             "train/seconds": round(seconds, 1),

@@ -56,7 +56,7 @@ class Trained:
     last: Entry
     """The run's final checkpoint: its state holds the whole history."""
     best: Best
-    """The best validation record (train/selection.py): metric, step, value, rank, since."""
+    """The best validation record (train/step/selection.py): metric, step, value, rank, since."""
     job: TrainJob
     """The run's job, to rebuild the model for model.pt's weights."""
     store: Store
@@ -66,7 +66,7 @@ class Trained:
 def run_in_process(job: TrainJob, ray_cfg: RayConfig, use_gpu: bool, run: runs.Run,
                    store: Store, launch: str, resume: Entry | None, uri: str, run_id: str,
                    backlog: Path, storage: Path) -> None:
-    """train/local.py's loop in this process, inside the MLflow run, stoppable like Ray's."""
+    """train/run/local.py's loop in this process, inside the MLflow run, stoppable like Ray's."""
     import mlflow
 
     from wellfed.train.outputs.callback import MlflowCallback, retries_restored
@@ -146,7 +146,7 @@ def flush(uri: str, run_id: str, backlog: Path) -> None:
 
 def fit_in_process(job: TrainJob, run: runs.Run, store: Store, resume: Entry | None,
                    ray_cfg: RayConfig, opened, uri: str, storage: Path, clock: Phases):
-    """One local worker: the loop in this process (train/local.py); no Ray is started."""
+    """One local worker: the loop in this process (train/run/local.py); no Ray is started."""
     from wellfed import device as dev
 
     use_gpu = local_gpu(ray_cfg)
@@ -177,7 +177,7 @@ def fit(*, tokens_dir: Path, model_source: str, labels: list[str], pad_id: int, 
     of the run's earlier processes). `clock` gets the seconds of the MLflow run's start, of
     training and, on Ray, of Ray's start and stop. `outputs` (the stage's model folder and
     reports folder) are checked for access and room before anything trains, with the
-    checkpoint storage and a local MLflow store (train/preflight.py)."""
+    checkpoint storage and a local MLflow store (train/run/preflight.py)."""
     clock = clock or Phases()
     local_token_auth(ray_cfg)
     from wellfed.train.step.loop import TrainJob
@@ -226,9 +226,9 @@ def fit(*, tokens_dir: Path, model_source: str, labels: list[str], pad_id: int, 
 
 def complete(trained: Trained, info: dict, run_id: str, uri: str, model: dict,
              model_dir: Path) -> None:
-    """The stage's outputs are all written: the run is complete (a rerun starts fresh) and
-    keeps only the exported checkpoint, without optimizer state, its weights linked to the
-    MLflow model's files where they can be (train/store.py, `complete`); say what it left."""
+    """The stage's outputs are all written: the run is complete (a rerun starts fresh) and keeps
+    only the exported checkpoint, without optimizer state, its weights linked to the MLflow model's
+    files where they can be (train/checkpoints/store.py, `complete`); say what it left."""
     from wellfed import disk
     from wellfed.track import registry
 

@@ -5,8 +5,9 @@ train stage's time breakdown, benchmarks/results/train_stage.json), and for one 
 they buy nothing the loop needs: there is no collective, no other node, and `loop.train` runs
 anywhere. So with one worker and no cluster to join (`ray.in_process: auto`) the driver runs the
 loop itself, and does what Ray Train did around it with the same parts:
-- checkpoints: wellfed's own store (train/store.py), the one the Ray path writes through, so a
-  run stopped here resumes under Ray Train (on 2 workers, say) and the other way round;
+- checkpoints: wellfed's own store (train/checkpoints/store.py), the one the Ray path writes
+  through, so a run stopped here resumes under Ray Train (on 2 workers, say) and the other way
+  round;
 - reports: the same MlflowCallback, called as Ray's controller calls it (`after_report`);
 - preemption: the same `run_stoppable`; the stop check is a threading.Event;
 - a failure: the same one line as from a Ray worker, the traceback in the run folder; there is

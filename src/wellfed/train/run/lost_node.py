@@ -11,7 +11,7 @@ workers, it continues from the last checkpoint on the workers that fit, the same
 stops with one line saying what shrank and what to run, the MLflow run FAILED and its
 checkpoint kept (`stop`, and whenever no worker fits at all).
 
-A trial Ray placed (one worker, one Ray task: train/placement.py) whose node died is sent again
+A trial Ray placed (one worker, one Ray task: train/run/placement.py) whose node died is sent again
 from its last checkpoint, at most `ray.max_failures` times; Ray runs it where there is room (on
 the head once a trial running there ends), into the same MLflow run.
 """

@@ -112,7 +112,7 @@ def placed(ray_cfg) -> bool:
 
 
 def fit_placed(job, run, store, resume, ray_cfg, tokens_dir, opened, uri: str, clock):
-    """One worker on a cluster: the in-process loop (train/local.py) in one Ray task that Ray
+    """One worker on a cluster: the in-process loop (train/run/local.py) in one Ray task that Ray
     places with `ray.cpus_per_worker` CPUs and `ray.gpus_per_worker` of a GPU. Stops on
     SIGTERM/Ctrl-C like a Ray Train run (the run's StopFlag actor)."""
     import ray
@@ -128,7 +128,7 @@ def fit_placed(job, run, store, resume, ray_cfg, tokens_dir, opened, uri: str, c
         with clock("mlflow run start"):
             run_id, backlog = opened(derived_tags(job, run, ray_cfg, use_gpu, "ray_task"))
         label, restarts = f"run {run.name}", 0
-        while True:  # again from its last checkpoint when its node dies (train/lost_node.py)
+        while True:  # again from its last checkpoint when its node dies (train/run/lost_node.py)
             with marked_failed(uri, run_id):
                 launch = store.open_launch("ray_task")
             flag = preemption.new_stop_flag()  # a new one: the last may have died with the node

@@ -67,7 +67,7 @@ def wants_gpu(ray_cfg: RayConfig) -> bool:
 
 def in_process(ray_cfg: RayConfig) -> bool:
     """ray.in_process: auto = one worker and no cluster to join trains in this process
-    (train/local.py), without Ray Train's ~21 s start and stop."""
+    (train/run/local.py), without Ray Train's ~21 s start and stop."""
     return (ray_cfg.in_process == "auto" and ray_cfg.num_workers == 1
             and not cluster_address(ray_cfg))
 

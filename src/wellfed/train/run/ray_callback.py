@@ -1,4 +1,4 @@
-"""Ray Train's side of the driver's callbacks (train/callback.py): imported on the Ray path
+"""Ray Train's side of the driver's callbacks (train/outputs/callback.py): imported on the Ray path
 only, so in-process training never imports Ray."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import ray.train
 
 
 class RayCallback(ray.train.UserCallback):
-    """A train/callback.py callback as a Ray Train UserCallback: the controller's reports go
+    """A train/outputs/callback.py callback as a Ray Train UserCallback: the controller's reports go
     to it unchanged."""
 
     def __init__(self, callback):

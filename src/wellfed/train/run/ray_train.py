@@ -60,7 +60,7 @@ def run_trainer(worker, ray_cfg: RayConfig, use_gpu: bool, store: Store,
         run_config=ray.train.RunConfig(
             name=worker.launch, storage_path=store.dir, storage_filesystem=store.fs,
             # A group Ray cannot place again (a lost node) counts apart from one that failed, and
-            # Ray leaves those retries unbounded: bounded by the same knob (train/lost_node.py).
+            # Ray leaves those retries unbounded: bounded by the same knob (train/run/lost_node.py).
             failure_config=ray.train.FailureConfig(
                 max_failures=ray_cfg.max_failures,
                 controller_failure_limit=ray_cfg.max_failures),
@@ -100,7 +100,7 @@ def fit_on_ray(job: TrainJob, run: runs.Run, store: Store, resume: Entry | None,
         tokens_uri, tokens_hash = runs.staged_tokens(ray_cfg, tokens_dir, run)
         with clock("mlflow run start"):
             run_id, backlog = opened(derived_tags(job, run, ray_cfg, use_gpu, "ray_train"))
-        workers = ray_cfg  # the request; fewer after a lost node (train/lost_node.py)
+        workers = ray_cfg  # the request; fewer after a lost node (train/run/lost_node.py)
         per_worker = {"CPU": ray_cfg.cpus_per_worker, **({"GPU": 1} if use_gpu else {})}
         while True:
             with marked_failed(uri, run_id):

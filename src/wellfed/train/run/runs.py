@@ -1,15 +1,15 @@
 """Run bookkeeping, in one place: what names a training run, where its checkpoints and run file
 live, whether it resumes, and what is cleaned up when it completes.
 
-Resuming is deliberate: Ray resumes any run whose storage path and name are reused, so the name
-is a hash of everything that defines the run's result (train/model params and the token files).
-Unchanged inputs after an interrupted run -> resume from its newest good checkpoint
-(train/store.py) into the same MLflow run; changed inputs -> a new name, a fresh start. A
-completed run's directory is cleared before a forced re-run. The run file (`wellfed_run.json`,
+Resuming is deliberate: Ray resumes any run whose storage path and name are reused, so the name is a
+hash of everything that defines the run's result (train/model params and the token files). Unchanged
+inputs after an interrupted run -> resume from its newest good checkpoint
+(train/checkpoints/store.py) into the same MLflow run; changed inputs -> a new name, a fresh start.
+A completed run's directory is cleared before a forced re-run. The run file (`wellfed_run.json`,
 beside the store's launch folders) holds the MLflow run id and whether the run completed.
 
 A run that completed after the dvc running it had gone is kept for the rerun to hand to dvc
-(train/orphan.py), not trained again.
+(train/run/orphan.py), not trained again.
 
 That name is a key, not a title: MLflow shows a run by its `title` (the DVC experiment's name,
 or a summary of the recipe) and keeps the key and the full hash as tags.
@@ -36,7 +36,7 @@ from wellfed.train.run import orphan
 
 RUN_FILE = "wellfed_run.json"
 TRACEBACK = "traceback.txt"
-"""Beside the checkpoints: the traceback of an in-process failure (train/local.py), removed once
+"""Beside the checkpoints: the traceback of an in-process failure (train/run/local.py), removed once
 the run finishes."""
 
 
@@ -190,7 +190,7 @@ def interrupted(run: Run, store) -> Interrupted:
 def training(run: Run, store, launch: str, clock):
     """A launch's training, whatever the engine: its seconds go to `clock` ("train") and to the
     launch's record in the store, even when it fails; Ctrl-C becomes the line that says how to
-    resume. A process may train several launches (a lost node: train/lost_node.py); each records
+    resume. A process may train several launches (a lost node: train/run/lost_node.py); each records
     its own seconds."""
     before = clock.seconds.get("train", 0.0)
     try:

@@ -2,9 +2,9 @@
 knows nothing of Ray; going distributed is this file.
 
 Checkpoints: rank 0 reports each one with `checkpoint_upload_fn`, so wellfed's store
-(train/store.py) writes it (temporary name, manifest, rename) into this fit's launch folder and
-Ray registers what the store wrote. A worker starts from `ray.train.get_checkpoint()`, the
-latest one Ray registered (after a worker restart), else from the store's checkpoint the driver
+(train/checkpoints/store.py) writes it (temporary name, manifest, rename) into this fit's launch
+folder and Ray registers what the store wrote. A worker starts from `ray.train.get_checkpoint()`,
+the latest one Ray registered (after a worker restart), else from the store's checkpoint the driver
 checked (`WorkerConfig.resume`: Ray V2 leaves a run's first checkpoint to the train function).
 
 An error no retry can fix (a damaged checkpoint, a bad value, a full or read-only folder) is

@@ -16,7 +16,7 @@ def feed(s, data: TokenFile, path: Path, pad_id: int, rank: int = 0, epoch: int 
          index: int = 0, epochs: int = 1, loader_workers: int = 0, prefetch: int = 2):
     """(step, host micro-batches) of this rank of Setup `s` from (epoch, index) on, cut with
     `s.spec`. The replan signal is `s.halvings`, which an out-of-memory redo counts up
-    (train/autobatch.py) as it halves the budget: the rest is then planned again with the new
+    (train/step/autobatch.py) as it halves the budget: the rest is then planned again with the new
     budget. The global batches do not depend on it, only their cut into micro-batches does."""
     while True:
         spec, halvings = s.spec, s.halvings
@@ -32,8 +32,8 @@ def feed(s, data: TokenFile, path: Path, pad_id: int, rank: int = 0, epoch: int 
 
 
 def ignore_stop_signals(_worker_id: int) -> None:
-    """A loader process ignores SIGTERM and SIGINT: sent to the run's process group, they are
-    for the driver, which stops after the step under way (train/preemption.py) and needs its
+    """A loader process ignores SIGTERM and SIGINT: sent to the run's process group, they are for
+    the driver, which stops after the step under way (train/checkpoints/preemption.py) and needs its
     loaders until then; the loader processes end with their parent."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -1,5 +1,5 @@
 """Fused kernels inside the planned shapes: the model's forward compiled by inductor once per
-planned (rows, width), run by the planned step (train/graphs.py) and captured in each shape's
+planned (rows, width), run by the planned step (train/step/graphs.py) and captured in each shape's
 CUDA graph like the eager forward, with a compile cache that persists between processes in a
 folder keyed by the model, the shapes and the versions, so only a recipe's first run compiles.
 

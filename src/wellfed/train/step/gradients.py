@@ -2,7 +2,7 @@
 view into one flat buffer (one per device and dtype), and one all-reduce of that buffer at the
 start of the update makes them the gradients of the whole global batch.
 
-The planned path runs without DDP (train/loop.py wraps only the dynamic step in it). DDP
+The planned path runs without DDP (train/step/loop.py wraps only the dynamic step in it). DDP
 all-reduces bucket by bucket from hooks inside the backward of a step's last micro-batch and
 skips that under `no_sync` for the others; a shape's CUDA graph is captured once and replayed
 for every micro-batch of that shape, last or not, so each shape would need two graphs, and
@@ -88,7 +88,7 @@ def bound(flat: FlatGradients, model: torch.nn.Module) -> bool:
 
 def all_reduce(flat: FlatGradients | None) -> None:
     """Sum each buffer over the group, then divide by the world size: every rank's loss is
-    normalised by the global batch's rows x world (train/graphs.py `accumulate`), so the mean
+    normalised by the global batch's rows x world (train/step/graphs.py `accumulate`), so the mean
     over ranks is the gradient of the whole global batch's mean loss, as DDP's average gives.
     SUM then a multiply, not ReduceOp.AVG: gloo (the CPU's backend) has no AVG. No host sync:
     a captured update replays it."""

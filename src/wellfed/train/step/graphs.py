@@ -12,7 +12,7 @@ micro-batch is computed once, eager or replayed, by the same function: a run tha
 capture (a capture error, a CPU) runs the same plan eagerly and learns the same.
 
 Under several workers the micro-batch graphs hold no communication: the update graph begins
-with one all-reduce of the flat gradient buffer (train/gradients.py, which says why not DDP),
+with one all-reduce of the flat gradient buffer (train/step/gradients.py, which says why not DDP),
 and every rank captures it at the same step or none keeps it.
 
 Graphs share one memory pool and are replayed in any order: each writes only temporaries of its
@@ -153,7 +153,7 @@ def forward_backward(s, buffers: dict) -> None:
     """One micro-batch: forward under autocast, row losses weighted (filler rows weigh 0) and
     normalised by the global batch's rows, backward into the gradients, loss added to the sum.
     The same function runs eagerly, as a warm-up and under capture; through s.compiled where
-    train/fusion.py compiled the model per shape."""
+    train/step/fusion.py compiled the model per shape."""
     g = s.graphs
     model = s.model if s.compiled is None else s.compiled
     with dev.autocast(s.device, s.precision, cache=False):

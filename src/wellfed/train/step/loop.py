@@ -1,13 +1,14 @@
 """The training loop: `train` runs in-process on one device (tests, benchmarks, a debugger) and,
-unchanged, on every Ray Train worker (train/worker.py adapts Ray's context to it).
+unchanged, on every Ray Train worker (train/run/worker.py adapts Ray's context to it).
 
-`setup` (train/setup.py) builds the model's optimizer, schedule, scaler, batch plan and step
-path the same way for all of them (the micro-batch token budget: train/autobatch.py; the GPU's
-shape plan and CUDA graphs: data/shapes.py, train/graphs.py); `train_step` (train/step.py) is
-one optimizer step, `feed` (train/feeding.py) brings its micro-batches. Every copy of the loop reports every `report_every` steps through the
-`report` function it was given (never every step: under Ray each report can wait on the
-controller's 2 s poll); the sinks decide what lands where.
-Losses and token counts stay on the device between reports and cross to the host once per report.
+`setup` (train/step/setup.py) builds the model's optimizer, schedule, scaler, batch plan and step
+path the same way for all of them (the micro-batch token budget: train/step/autobatch.py; the GPU's
+shape plan and CUDA graphs: data/shapes.py, train/step/graphs.py); `train_step` (train/step/step.py)
+is one optimizer step, `feed` (train/step/feeding.py) brings its micro-batches. Every copy of the
+loop reports every `report_every` steps through the `report` function it was given (never every
+step: under Ray each report can wait on the controller's 2 s poll); the sinks decide what lands
+where. Losses and token counts stay on the device between reports and cross to the host once per
+report.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from wellfed.train.step.worker_report import WorkerFacts, WorkerReport
 
 Report = Callable[[dict, "Path | None"], None]
 """report(metrics, checkpoint_dir or None): called on every rank with WorkerReport.as_dict()
-(train/worker_report.py); under Ray, ray.train.report."""
+(train/step/worker_report.py); under Ray, ray.train.report."""
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,15 @@
 """Best checkpoint and early stopping: which validation figure ranks the checkpoints, which way
 is better, and the best-so-far record that lives in the training state (so a resume keeps it).
 
-The record, `TrainState.best` (train/state.py: `Best`), is the same on every rank: it is updated
-from validation figures that are already all-reduced, so every rank checkpoints and stops at the
-same step.
+The record, `TrainState.best` (train/checkpoints/state.py: `Best`), is the same on every rank: it is
+updated from validation figures that are already all-reduced, so every rank checkpoints and stops at
+the same step.
 
-Checkpoints report `rank` as RANK_KEY when their validation is a new best, else 0. The store
-keeps the highest-ranked checkpoint (train/store.py, its manifest's `rank`), so "the best" is
-decided here once, by strict improvement, and never by comparing floats later: a tie is not an improvement, so
-the earliest of equal figures stays the best, and a non-finite figure never becomes it.
+Checkpoints report `rank` as RANK_KEY when their validation is a new best, else 0. The store keeps
+the highest-ranked checkpoint (train/checkpoints/store.py, its manifest's `rank`), so "the best" is
+decided here once, by strict improvement, and never by comparing floats later: a tie is not an
+improvement, so the earliest of equal figures stays the best, and a non-finite figure never becomes
+it.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """What steps a model: optimizer, schedule, scaler, the batch plan and the step's path, built
-the same way in-process and on every Ray worker (train/loop.py runs it)."""
+the same way in-process and on every Ray worker (train/step/loop.py runs it)."""
 
 from __future__ import annotations
 
@@ -42,7 +42,8 @@ class Setup:
     halvings: int = 0
     """Times a CUDA out-of-memory error halved spec.micro_tokens during the run."""
     graphs: graphs.Graphs | None = None
-    """The planned step's buffers and CUDA graphs (train/graphs.py); None = the dynamic step."""
+    """The planned step's buffers and CUDA graphs (train/step/graphs.py); None = the dynamic
+    step."""
     path_note: str = ""
     """Why the step takes its path (train.cuda_graphs), and the shape plan if it has one."""
 

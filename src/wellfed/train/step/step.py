@@ -1,6 +1,6 @@
 """One optimizer step: forward and backward over the step's micro-batches, then the update.
 
-The dynamic path (below) sends each micro-batch as it comes; the planned path (train/graphs.py)
+The dynamic path (below) sends each micro-batch as it comes; the planned path (train/step/graphs.py)
 pads it to one of the shape plan's shapes and, on a CUDA GPU, replays CUDA graphs. Both share
 the update and the out-of-memory redo.
 """

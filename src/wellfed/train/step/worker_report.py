@@ -43,7 +43,7 @@ class WorkerReport:
     val: dict | None = None
     """The validation figures, when this report closes a validation."""
     select_rank: int | None = None
-    """With a checkpoint: its rank (train/selection.py), 0 when it is not a new best."""
+    """With a checkpoint: its rank (train/step/selection.py), 0 when it is not a new best."""
 
     def as_dict(self) -> dict:
         out = {**dataclasses.asdict(self.facts), **self.run, "records": self.records,
