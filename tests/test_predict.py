@@ -208,6 +208,15 @@ def test_help_and_argument_errors_come_before_any_heavy_import():
     assert len(cases) == 4
 
 
+def test_the_commands_chunk_default_is_the_params_default():
+    """predict_command writes the default out (its arguments are read with the standard library
+    alone); predict.py and params.yaml's predict section take it from PredictConfig."""
+    from wellfed.use import predict, predict_command
+
+    assert predict_command.parser().get_default("chunk_rows") == PredictConfig.chunk_rows
+    assert predict.CHUNK_ROWS == PredictConfig.chunk_rows
+
+
 def test_into_a_pipe_there_is_no_progress_bar_to_glue_lines_onto(tmp_path, pair_model):
     source = tmp_path / "new.tsv"
     source.write_text("premise\thypothesis\nA man sleeps.\tA man rests.\nA dog.\tA cat.\n")

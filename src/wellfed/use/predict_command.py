@@ -9,7 +9,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from wellfed.config import PredictConfig
+CHUNK_ROWS = 8192
+"""Rows per model pass by default: predict.chunk_rows's default (PredictConfig), written out here
+so that `--help` imports no config (~0.5 s of imports on a loaded 2-core machine);
+tests/test_predict.py checks that the two agree."""
 
 USAGE = """Predictions on new, unlabelled files with a registered model or an exported model directory.
 
@@ -37,8 +40,8 @@ def parser() -> argparse.ArgumentParser:
     parse.add_argument("--workers", type=int, default=0,
                        help="Ray Data workers (one GPU or CPU each) on a local Ray or the "
                             "cluster $RAY_ADDRESS names; 0 = this process only (default)")
-    parse.add_argument("--chunk-rows", type=int, default=PredictConfig.chunk_rows,
-                       help=f"rows per model pass (default {PredictConfig.chunk_rows})")
+    parse.add_argument("--chunk-rows", type=int, default=CHUNK_ROWS,
+                       help=f"rows per model pass (default {CHUNK_ROWS})")
     return parse
 
 
