@@ -13,7 +13,7 @@ import torch
 
 from wellfed.config import DataConfig, ModelConfig, TrainConfig
 from wellfed.data.token_files import TokenBatch, write_token_file
-from wellfed.train.loop import Place, TrainJob, train
+from wellfed.train.step.loop import Place, TrainJob, train
 from wellfed.train.trials import group as trial_group
 from wellfed.train.trials.layers import TrialModel, refusal
 

@@ -37,8 +37,8 @@ def plan(search_cfg: SearchConfig, train_cfg: TrainConfig, model_cfg: ModelConfi
     """The ranked metric (one line naming search.metric when the task has no such figure), the
     full budget and its rungs, and the search's id and folder."""
     from wellfed.data.token_files import TokenFile
-    from wellfed.train.selection import LOWER_IS_BETTER, val_keys
-    from wellfed.train.setup import total_steps
+    from wellfed.train.step.selection import LOWER_IS_BETTER, val_keys
+    from wellfed.train.step.setup import total_steps
     from wellfed.tasks import HEADLINE
 
     task = meta.get("task", "single_label")
@@ -73,7 +73,7 @@ def run(search_cfg: SearchConfig, train_cfg: TrainConfig, model_cfg: ModelConfig
 
     from wellfed.cluster import connect, local_token_auth
     from wellfed.track.tracking import tracking_uri
-    from wellfed.train import preemption
+    from wellfed.train.checkpoints import preemption
 
     p = plan(search_cfg, train_cfg, model_cfg, tokens, meta, root)
     p.folder.mkdir(parents=True, exist_ok=True)
@@ -147,7 +147,7 @@ def placed(p: Plan, train_cfg: TrainConfig, model_cfg: ModelConfig, data_cfg: Da
     """What every trial shares, and what Ray gives each (after `connect`): ray.cpus_per_worker
     CPUs, and ray.gpus_per_worker of a GPU where the cluster has GPUs (ray.use_gpu)."""
     from wellfed.cluster import described, live_nodes
-    from wellfed.train.preflight import wants_gpu
+    from wellfed.train.run.preflight import wants_gpu
 
     nodes = live_nodes()
     if len(nodes) > 1 and not ray_cfg.storage_path:
@@ -210,7 +210,7 @@ def _staged(ray_cfg: RayConfig, tokens: Path) -> tuple[str | None, str | None]:
     if not ray_cfg.storage_path:
         return None, None
     from wellfed.data import staging
-    from wellfed.train.runs import file_digest
+    from wellfed.train.run.runs import file_digest
 
     digest = file_digest([tokens / "train.arrow", tokens / "validation.arrow"])
     uri, sent = staging.upload(tokens, ray_cfg.storage_path, digest)

@@ -1,10 +1,10 @@
 """A group of trials trained as one: which trials can share one, and its training loop.
 
-The loop is the step engine's (train/loop.py) with a trial dimension: the same batch plan and
-feeding (train/setup.py, train/feeding.py), one fused forward and backward per micro-batch,
-the trials' own updates (trials/update.py), and at each of `validate_at` one fused validation
-pass for the whole group, after which `decide` may keep the best trials only (their slices of
-the weights and optimizer state go on, the rest are dropped).
+The loop is the step engine's (train/step/loop.py) with a trial dimension: the same batch plan and
+feeding (train/step/setup.py, train/step/feeding.py), one fused forward and backward per
+micro-batch, the trials' own updates (trials/update.py), and at each of `validate_at` one fused
+validation pass for the whole group, after which `decide` may keep the best trials only (their
+slices of the weights and optimizer state go on, the rest are dropped).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from wellfed.config import TrainConfig
 from wellfed.data.batching import collate, eval_batches
 from wellfed.data.token_files import TokenFile
 from wellfed.model import load_model
-from wellfed.train.feeding import feed
-from wellfed.train.setup import setup
+from wellfed.train.step.feeding import feed
+from wellfed.train.step.setup import setup
 from wellfed.train.trials.layers import TrialModel
 from wellfed.train.trials.update import Recipe, TrialAdamW
 
@@ -175,7 +175,7 @@ def fused_step(fused: TrialModel, opt: TrialAdamW, s, step, batches, task: str,
 
 
 def validate(fused: TrialModel, s, data: TokenFile, job, keep_logits: bool = False):
-    """Every trial's validation figures (as train/validation.py computes a run's) from one
+    """Every trial's validation figures (as train/step/validation.py computes a run's) from one
     fused pass over the length-sorted split; with `keep_logits` each trial's logits in file
     order."""
     import numpy as np

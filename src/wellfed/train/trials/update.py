@@ -1,5 +1,5 @@
-"""AdamW over the trial dimension: each trial stepped as `torch.optim.AdamW` with the HF
-linear warmup-and-decay schedule steps it alone (train/setup.py builds that pair for one run).
+"""AdamW over the trial dimension: each trial stepped as `torch.optim.AdamW` with the HF linear
+warmup-and-decay schedule steps it alone (train/step/setup.py builds that pair for one run).
 
 Every parameter has the trial dimension first; a trial's learning rate, weight decay and
 clipping norm are its own. Decay applies where a trial alone applies it: weights of two or more
