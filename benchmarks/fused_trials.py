@@ -54,7 +54,7 @@ def recipes(k: int, base):
 
 
 def alone(job, configs, place) -> dict:
-    from wellfed.train.loop import train
+    from wellfed.train.step.loop import train
 
     started, steps_s, losses = time.perf_counter(), 0.0, []
     for cfg in configs:
@@ -85,7 +85,7 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     from wellfed.config import DataConfig, ModelConfig, TrainConfig
-    from wellfed.train.loop import Place, TrainJob
+    from wellfed.train.step.loop import Place, TrainJob
 
     harness.require_sst2(NAME)
     clock = harness.Clock()

@@ -68,7 +68,7 @@ def place_group(setting: Setting) -> tuple[dict, int]:
 def job_of(setting: Setting, recipe: dict, seed: int):
     from pathlib import Path
 
-    from wellfed.train.loop import TrainJob
+    from wellfed.train.step.loop import TrainJob
 
     train_cfg, model_cfg = space.applied(recipe, setting.train, setting.model)
     train_cfg = space.budgeted(train_cfg, setting.rows, setting.full, seed)
@@ -144,7 +144,7 @@ def train_group(setting: Setting, members: list[tuple[dict, int]], rf: int, metr
     import contextlib
     import io
 
-    from wellfed.train.loop import Place
+    from wellfed.train.step.loop import Place
     from wellfed.train.trials.group import train_group as run
 
     started = time.perf_counter()
