@@ -39,52 +39,60 @@ def decays(name: str, ndim: int) -> bool:
 
 
 class TrialAdamW:
-    """AdamW + schedule + gradient clipping for K trials at once."""
+    """AdamW + schedule + gradient clipping for K trials at once. Each trial's slice of every
+    weight is stepped by torch's own AdamW (its functional form, `torch.optim.adamw.adamw`, the
+    fused kernel where the device has one, as train/setup.py's optimizer) and clipped as
+    `clip_grad_norm_` clips (torch.nn.utils.get_total_norm, then the clamped coefficient): the
+    same arithmetic as the trial alone, on views of the stacked tensors, in two calls a trial."""
 
     def __init__(self, named: list[tuple[str, torch.nn.Parameter]], recipes: list[Recipe],
                  steps: int):
         self.named, self.recipes = named, list(recipes)
         self.schedules = [schedule(r, steps) for r in recipes]
-        self.state = [(torch.zeros_like(p), torch.zeros_like(p)) for _, p in named]
-        self.step_count = 0
+        self.avg = [torch.zeros_like(p) for _, p in named]
+        self.sq = [torch.zeros_like(p) for _, p in named]
+        self.decay = [decays(name, p.ndim - 1) for name, p in named]
+        device = named[0][1].device
+        self.fused = device.type in ("cpu", "cuda")
+        # one step count per trial and weight, as AdamW keeps one per parameter (float32 on the
+        # weight's device for the fused kernel)
+        self.counts = [[torch.zeros((), dtype=torch.float32, device=p.device) for _, p in named]
+                       for _ in recipes]
 
     def lrs(self) -> list[float]:
         """Each trial's learning rate for the step about to be taken."""
         return [s.get_last_lr()[0] for s in self.schedules]
 
-    def _per_trial(self, values: list[float], like: torch.Tensor) -> torch.Tensor:
-        return torch.tensor(values, dtype=like.dtype, device=like.device).reshape(
-            -1, *([1] * (like.ndim - 1)))
-
+    @torch.no_grad()
     def clip(self) -> torch.Tensor:
         """Clip each trial's gradients to its max_grad_norm (0 = never); returns each trial's
-        norm before clipping, (K,), as clip_grad_norm_ reports it alone."""
-        grads = [p.grad for _, p in self.named if p.grad is not None]
-        norms = torch.stack([g.reshape(g.shape[0], -1).norm(dim=1) for g in grads])
-        total = norms.norm(dim=0)
-        limits = torch.tensor([r.max_grad_norm or float("inf") for r in self.recipes],
-                              dtype=total.dtype, device=total.device)
-        coef = torch.clamp(limits / (total + 1e-6), max=1.0)
-        for g in grads:
-            g.mul_(coef.reshape(-1, *([1] * (g.ndim - 1))).to(g.dtype))
-        return total
+        norm before clipping, (K,), as clip_grad_norm_ returns it alone."""
+        norms = []
+        for k, recipe in enumerate(self.recipes):
+            grads = [p.grad[k] for _, p in self.named if p.grad is not None]
+            total = torch.nn.utils.get_total_norm(grads)
+            coef = torch.clamp((recipe.max_grad_norm or float("inf")) / (total + 1e-6), max=1.0)
+            for g in grads:
+                g.mul_(coef)
+            norms.append(total)
+        return torch.stack(norms)
 
     @torch.no_grad()
     def step(self) -> None:
-        self.step_count += 1
-        b1, b2 = BETAS
-        c1, c2 = 1 - b1 ** self.step_count, (1 - b2 ** self.step_count) ** 0.5
-        lrs = self.lrs()
-        for (name, p), (avg, sq) in zip(self.named, self.state):
-            if p.grad is None:
-                continue
-            lr = self._per_trial(lrs, p)
-            if decays(name, p.ndim - 1):
-                wd = self._per_trial([r.weight_decay for r in self.recipes], p)
-                p.mul_(1 - lr * wd)
-            avg.lerp_(p.grad, 1 - b1)
-            sq.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
-            p.sub_(lr / c1 * avg / (sq.sqrt() / c2 + EPS))
+        from torch.optim.adamw import adamw
+
+        for k, (recipe, lr) in enumerate(zip(self.recipes, self.lrs())):
+            for decaying in (True, False):
+                at = [i for i, (_, p) in enumerate(self.named)
+                      if self.decay[i] == decaying and p.grad is not None]
+                if not at:
+                    continue
+                adamw([self.named[i][1][k] for i in at], [self.named[i][1].grad[k] for i in at],
+                      [self.avg[i][k] for i in at], [self.sq[i][k] for i in at], [],
+                      [self.counts[k][i] for i in at], fused=self.fused or None,
+                      amsgrad=False, beta1=BETAS[0], beta2=BETAS[1], lr=lr,
+                      weight_decay=recipe.weight_decay if decaying else 0.0, eps=EPS,
+                      maximize=False)
         for s in self.schedules:
             s.optimizer.step()  # the stand-in (no gradient: a no-op), as the order asks
             s.step()
@@ -96,8 +104,9 @@ class TrialAdamW:
     def keep(self, trials: list[int], named: list[tuple[str, torch.nn.Parameter]]) -> None:
         """Keep these trials' optimizer state (in this order) for the kept parameters `named`."""
         index = torch.as_tensor(trials, dtype=torch.long)
-        self.state = [(a[index.to(a.device)].clone(), s[index.to(s.device)].clone())
-                      for a, s in self.state]
+        self.avg = [a[index.to(a.device)].clone() for a in self.avg]
+        self.sq = [s[index.to(s.device)].clone() for s in self.sq]
         self.named = named
         self.recipes = [self.recipes[k] for k in trials]
         self.schedules = [self.schedules[k] for k in trials]
+        self.counts = [self.counts[k] for k in trials]
