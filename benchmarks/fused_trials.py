@@ -12,7 +12,8 @@ loads sit outside: they are reported beside it) and the whole wall including loa
 validation, both as fused / alone throughput (K x the trial-steps in the same time); equal
 learning: every trial's per-step losses fused against alone (largest relative gap).
 
-WELLFED_BENCH_SMOKE=1: a tiny random-init model, 64 rows, 3 steps, K in 1, 2 (a check of this
+WELLFED_BENCH_STEPS and WELLFED_BENCH_KS (e.g. 8 and 1,4) shorten it on a busy machine (the
+JSON says what ran). WELLFED_BENCH_SMOKE=1: a tiny random-init model, 64 rows, 3 steps, K in 1, 2 (a check of this
 script, no figures).
 
 usage: python benchmarks/fused_trials.py  -> benchmarks/results/fused_trials.json
@@ -33,6 +34,8 @@ import harness
 NAME = "fused_trials"
 SMOKE = os.environ.get("WELLFED_BENCH_SMOKE") == "1"
 ROWS, VAL, STEPS, KS = (64, 32, 3, (1, 2)) if SMOKE else (1024, 256, 24, (1, 2, 4))
+STEPS = int(os.environ.get("WELLFED_BENCH_STEPS", STEPS))
+KS = tuple(int(k) for k in os.environ.get("WELLFED_BENCH_KS", ",".join(map(str, KS))).split(","))
 
 
 def token_dir(root: Path, tokenizer) -> Path:
@@ -133,6 +136,7 @@ def main() -> None:
         return
     harness.write_result(NAME, {"machine": harness.machine(), **clock.summary(),
                                 "rows": ROWS, "validation_rows": VAL, "model": "all-MiniLM-L6-v2",
+                                "steps_each": STEPS, "trials": list(KS),
                                 "cases": cases})
 
 
