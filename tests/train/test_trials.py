@@ -147,3 +147,23 @@ def test_a_model_with_a_weight_module_it_does_not_know_is_refused():
     assert "tied" in refusal(tied)
     with pytest.raises(ValueError, match="Scaled"):
         TrialModel(model, 2)
+
+
+def test_k_follows_a_gpus_free_memory_and_a_cpus_measured_step(monkeypatch):
+    from wellfed.train.trials import sizing
+
+    gib = 2 ** 30
+    assert sizing.by_memory(16, 20 * gib, 2 * gib).trials == 8  # 85% of 20 GiB holds 8
+    assert sizing.by_memory(4, 20 * gib, 2 * gib).trials == 4   # no more than wanted
+    assert sizing.by_memory(16, gib, 2 * gib).trials == 1       # not even two: one at a time
+    assert "8 trial(s) of 2.00 GiB fit in 17.0 GiB" in sizing.by_memory(16, 20 * gib, 2 * gib).reason
+    assert sizing.by_throughput(16, 1.0, 2.0, 4).trials == 4    # 4 fused in half their time
+    slow = sizing.by_throughput(16, 1.0, 3.9, 4)
+    assert slow.trials == 1 and "0.97x" in slow.reason and "one at a time" in slow.reason
+
+    # A fake 24 GiB device with 10 GiB free, a trial measured at 3 GiB: 2 fit (8.5 GiB usable)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (10 * gib, 24 * gib))
+    monkeypatch.setattr(sizing, "probe_batch", lambda *a: {})
+    monkeypatch.setattr(sizing, "trial_bytes", lambda model, batch: 3 * gib)
+    choice = sizing.choose(None, 16, 32, 64, 0, torch.device("cuda", 0))
+    assert choice.trials == 2 and "GPU's free 10.0 GiB" in choice.reason

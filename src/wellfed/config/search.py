@@ -148,6 +148,12 @@ class SearchConfig:
     """train.seed of the final check's runs (each finalist is trained once per seed)."""
     searcher_seed: int = 0
     """Seed of the TPE searcher: the same seed, space and results propose the same recipes."""
+    fuse: str = "auto"
+    """Train trials fused (K trials of the model as one, train/trials/) with successive halving
+    in step: auto = where the space allows it (it searches only train.lr, weight_decay,
+    warmup_ratio, max_grad_norm) and the device gains (a GPU; on a CPU a measured step), else
+    one trial at a time with ASHA, said in one line; true = fused or a one-line error; false =
+    one at a time with ASHA."""
 
     def dimensions(self) -> list[Dimension]:
         """The space as Dimensions, in params.yaml's order (assumes `problems()` is empty)."""
@@ -193,6 +199,8 @@ class SearchConfig:
         elif self.finalists >= 2 and len(seeds) < 2:
             out.append(f"search.seeds lists {len(seeds)} seed: telling two recipes apart over "
                        "seeds needs at least 2 (3 is the default)")
+        if self.fuse not in ("auto", "true", "false"):
+            out.append(f"search.fuse must be auto, true or false; got {self.fuse!r}")
         if self.finalists < 1:
             out.append(f"search.finalists must be >= 1 (2 = the winner against the runner-up); "
                        f"got {self.finalists}")

@@ -184,6 +184,9 @@ def refusal(model) -> str | None:
                     "do not know (they fuse Linear, Embedding and LayerNorm): train these "
                     "trials one by one (search.fuse: false)")
         for pname, param in own:
+            if not param.requires_grad:
+                return (f"{name}.{pname} is frozen (an adapter model, e.g. LoRA): fused trials "
+                        "train every weight; train these trials one by one")
             if id(param) in seen:
                 return (f"{name}.{pname} is the same weight as {seen[id(param)]} (tied "
                         "weights): fused trials train untied models; search.fuse: false")
