@@ -3,7 +3,7 @@
 K recipes of all-MiniLM-L6-v2 (pretrained, as a search starts) on the first ROWS SST-2 train
 rows (validation: the first VAL SST-2 dev rows), global batch 32, STEPS optimizer steps each,
 learning rates spread log-uniformly over 2e-5..2e-4 (weight decay 0.01, warmup 6%):
-  alone  the K trials one after another, each through wellfed's ordinary loop (train/loop.py,
+  alone  the K trials one after another, each through wellfed's ordinary loop (train/step/loop.py,
          what a search trial runs), validating at its end
   fused  the K trials as one group (train/trials/group.py), one fused validation at the end
 For K in KS, in the order alone, fused, fused, alone (drift on this shared machine then
