@@ -1,0 +1,162 @@
+"""A stop is not a fork: a run stopped at several steps and resumed each time is the run it would
+have been, the same per-step losses to every digit, the same validations and the same final
+weights, with dropout on (the tiny BERT's 0.1), so a lost or reseeded random state shows.
+
+In-process (one worker: the dynamic step, the planned step, loader processes) and at world 2
+(two gloo processes running the loop as every Ray Train worker runs it: DDP, each rank's own
+dropout generator saved by rank 0 and handed back to its rank). The GPU's graphed path is the
+device check tests/gpu/test_cuda_resume.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import random_token_files
+from tests.train.test_gradients import run_ranks
+from wellfed.config import DataConfig, ModelConfig, TrainConfig
+from wellfed.train import checkpoint
+from wellfed.train.loop import Place, TrainJob, train
+
+STOPS = (3, 8, 13)
+"""Where the stopped run stops: inside epoch 0, on its last step, and inside epoch 1."""
+STEPS = 16
+
+
+def job_for(tokens: Path, model_dir: Path, **changes) -> TrainJob:
+    # 256 rows, batch 32: 8 steps an epoch, 2 epochs. A validation at 6 and 12 (eval mode: it
+    # draws no random number, and a stopped run must agree on that too).
+    cfg = TrainConfig(epochs=2, lr=3e-3, global_batch_size=32, micro_batch_size=16,
+                      eval_every=6, report_every=4, checkpoint_every=0, precision="fp32",
+                      seed=5, warmup_ratio=0.1, max_shapes=4)
+    data = DataConfig(loader_workers=changes.pop("loader_workers", 0))
+    return TrainJob(train=dataclasses.replace(cfg, **changes), data=data,
+                    model=ModelConfig(init="random"), tokens_dir=tokens,
+                    model_source=str(model_dir), labels=("neg", "pos"), pad_id=0)
+
+
+class Keep:
+    """A report sink that keeps the last checkpoint (copied) and its weights."""
+
+    def __init__(self, out: Path):
+        self.out, self.last = out, None
+
+    def __call__(self, metrics: dict, directory: Path | None) -> None:
+        if directory is not None:
+            step = metrics["records"][-1]["step"]
+            self.last = shutil.copytree(directory, self.out / f"step_{step}")
+
+
+def stop_at(start: int, until: int):
+    """A stop check answering yes after step `until` (the loop asks once after each step but the
+    last; a run resumed at `start` first asks after step start + 1)."""
+    asked = itertools.count(start + 1)
+    return lambda: next(asked) == until
+
+
+def stopped_and_resumed(job: TrainJob, place: Place, out: Path, stops=STOPS, wrap=None):
+    """The run stopped after each of `stops` and resumed from the checkpoint the stop wrote
+    (rank 0 writes it into `out`, shared by the ranks as Ray's storage is); returns the final
+    state and the last checkpoint (None on the other ranks)."""
+    resume, start, state = None, 0, None
+    for i, until in enumerate([*stops, None]):
+        sink = Keep(out / f"part{i}")
+        kwargs = {"wrap": wrap} if wrap else {}
+        state = train(job, place, sink, resume=resume,
+                      stop=stop_at(start, until) if until else None, **kwargs)
+        assert state.step == (until or STEPS)
+        if place.world > 1:  # every rank resumes from rank 0's copy, once it is written
+            torch.distributed.barrier()
+        resume, start = out / f"part{i}" / f"step_{state.step}", state.step
+    return state, resume if place.rank == 0 else None
+
+
+def figures(state) -> list[dict]:
+    """Every step's record but its timing-free figures: loss, grad norm, lr, validation."""
+    return [{k: v for k, v in h.items() if k == "loss" or k == "grad_norm" or k == "lr"
+             or k.startswith("val/")} for h in state.history]
+
+
+@pytest.fixture(scope="module")
+def tokens(tmp_path_factory, tiny_model_dir) -> Path:
+    return random_token_files(tmp_path_factory.mktemp("tokens"), tiny_model_dir)
+
+
+@pytest.mark.parametrize("changes", [{}, {"cuda_graphs": "true"}, {"loader_workers": 1}],
+                         ids=["dynamic", "planned", "loader-process"])
+def test_a_run_stopped_three_times_is_the_uninterrupted_run(tokens, tiny_model_dir, tmp_path,
+                                                            changes):
+    job = job_for(tokens, tiny_model_dir, **changes)
+    cpu = Place(torch.device("cpu"))
+    whole = Keep(tmp_path / "whole")
+    straight = train(job, cpu, whole)
+    state, last = stopped_and_resumed(job, cpu, tmp_path)
+    assert len(straight.history) == len(state.history) == STEPS
+    assert [h["step"] for h in state.history] == list(range(1, STEPS + 1))
+    assert sum("val/loss" in h for h in state.history) == 3  # steps 6, 12 and the last
+    # Every digit: a float compared with ==, not approx.
+    assert [h["loss"] for h in state.history] == [h["loss"] for h in straight.history]
+    assert figures(state) == figures(straight)
+    mine, theirs = checkpoint.weights(last), checkpoint.weights(whole.last)
+    assert len(mine) > 10 and all(torch.equal(mine[k], theirs[k]) for k in theirs)
+
+
+def test_dropout_is_on_so_a_reseeded_resume_would_show(tokens, tiny_model_dir, tmp_path):
+    """The equality above can fail: the same run with other dropout masks from step 4 on (what
+    reseeding at a resume gave) has other losses from step 4 on."""
+    job = job_for(tokens, tiny_model_dir)
+    cpu = Place(torch.device("cpu"))
+    sink = Keep(tmp_path / "a")
+    first = train(job, cpu, sink, stop=stop_at(0, 3))
+    rng = checkpoint.read(sink.last, checkpoint.OPTIM)
+    if "rng" in rng:  # the fixed loop keeps the generators: reseed them as the old one did
+        for saved in rng["rng"]:
+            saved["torch"] = torch.manual_seed(job.train.seed + 7919 * 3).get_state()
+        torch.save(rng, sink.last / checkpoint.OPTIM)
+    reseeded = train(job, cpu, Keep(tmp_path / "b"), resume=sink.last)
+    straight = train(job, cpu, Keep(tmp_path / "c"))
+    losses = [h["loss"] for h in reseeded.history]
+    assert losses[:3] == [h["loss"] for h in first.history]
+    assert losses[:3] == [h["loss"] for h in straight.history][:3]
+    assert all(a != b for a, b in zip(losses[3:], [h["loss"] for h in straight.history][3:]))
+
+
+def run_world_two(rank: int, tokens: str, model_dir: str, out: str) -> None:
+    """One of two gloo ranks (what each Ray Train worker runs: the loop, DDP-wrapped): the
+    uninterrupted run, then the run stopped at STOPS and resumed; writes both histories and
+    final weights to `out`.rank."""
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{out}.store", rank=rank, world_size=2)
+    try:
+        job = job_for(Path(tokens), Path(model_dir))
+        place = Place(torch.device("cpu"), rank, 2)
+        ddp = torch.nn.parallel.DistributedDataParallel
+        whole = Keep(Path(f"{out}.whole.{rank}"))
+        straight = train(job, place, whole, wrap=ddp)
+        state, last = stopped_and_resumed(job, place, Path(f"{out}.parts"), wrap=ddp)
+    finally:
+        dist.destroy_process_group()
+    torch.save({"straight": figures(straight), "resumed": figures(state),
+                "weights": [checkpoint.weights(p) if p else None for p in (whole.last, last)]},
+               f"{out}.{rank}")
+
+
+def test_two_workers_stopped_three_times_are_the_uninterrupted_run(tokens, tiny_model_dir,
+                                                                    tmp_path):
+    run_ranks(run_world_two, 2, str(tokens), str(tiny_model_dir), str(tmp_path / "two"))
+    ranks = [torch.load(tmp_path / f"two.{r}", weights_only=False) for r in range(2)]  # ours
+    for seen in ranks:
+        assert len(seen["straight"]) == STEPS
+        assert seen["resumed"] == seen["straight"]
+    assert ranks[0]["straight"] == ranks[1]["straight"]  # the loss is the mean over ranks
+    assert ranks[1]["weights"] == [None, None]  # rank 0 writes the checkpoints
+    mine, theirs = ranks[0]["weights"][1], ranks[0]["weights"][0]
+    assert len(mine) > 10 and all(torch.equal(mine[k], theirs[k]) for k in theirs)
