@@ -5,13 +5,16 @@ weights, with dropout on (the tiny BERT's 0.1), so a lost or reseeded random sta
 In-process (one worker: the dynamic step, the planned step, loader processes) and at world 2
 (two gloo processes running the loop as every Ray Train worker runs it: DDP, each rank's own
 dropout generator saved by rank 0 and handed back to its rank). The GPU's graphed path is the
-device check tests/gpu/test_cuda_resume.py.
+device check tests/gpu/test_cuda_resume.py. The loader-process case and world 2 are in the slow
+tier (`make test`): 100 and 66 s under this 2-core machine's load of the day, beside 84-137 s
+for the other two (and 118-239 s for each of test_train.py's).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import shutil
 from pathlib import Path
 
@@ -60,13 +63,14 @@ def stop_at(start: int, until: int):
     return lambda: next(asked) == until
 
 
-def stopped_and_resumed(job: TrainJob, place: Place, out: Path, stops=STOPS, wrap=None):
+def stopped_and_resumed(job: TrainJob, place: Place, out: Path, stops=STOPS, wrap=None,
+                        sink_type=Keep):
     """The run stopped after each of `stops` and resumed from the checkpoint the stop wrote
     (rank 0 writes it into `out`, shared by the ranks as Ray's storage is); returns the final
     state and the last checkpoint (None on the other ranks)."""
     resume, start, state = None, 0, None
     for i, until in enumerate([*stops, None]):
-        sink = Keep(out / f"part{i}")
+        sink = sink_type(out / f"part{i}")
         kwargs = {"wrap": wrap} if wrap else {}
         state = train(job, place, sink, resume=resume,
                       stop=stop_at(start, until) if until else None, **kwargs)
@@ -88,10 +92,15 @@ def tokens(tmp_path_factory, tiny_model_dir) -> Path:
     return random_token_files(tmp_path_factory.mktemp("tokens"), tiny_model_dir)
 
 
-@pytest.mark.parametrize("changes", [{}, {"cuda_graphs": "true"}, {"loader_workers": 1}],
-                         ids=["dynamic", "planned", "loader-process"])
+@pytest.mark.parametrize("changes", [
+    pytest.param({}, id="dynamic"), pytest.param({"cuda_graphs": "true"}, id="planned"),
+    pytest.param({"loader_workers": 1}, marks=pytest.mark.slow, id="loader-process")])
 def test_a_run_stopped_three_times_is_the_uninterrupted_run(tokens, tiny_model_dir, tmp_path,
                                                             changes):
+    """Before the generators were kept, a resume reseeded dropout with seed + 7919 x step: the
+    losses differed from the step after the first stop on (0.6780 vs 0.6772 at step 4)."""
+    config = json.loads((tiny_model_dir / "config.json").read_text())
+    assert config["hidden_dropout_prob"] > 0  # else there is no random state to lose
     job = job_for(tokens, tiny_model_dir, **changes)
     cpu = Place(torch.device("cpu"))
     whole = Keep(tmp_path / "whole")
@@ -105,26 +114,6 @@ def test_a_run_stopped_three_times_is_the_uninterrupted_run(tokens, tiny_model_d
     assert figures(state) == figures(straight)
     mine, theirs = checkpoint.weights(last), checkpoint.weights(whole.last)
     assert len(mine) > 10 and all(torch.equal(mine[k], theirs[k]) for k in theirs)
-
-
-def test_dropout_is_on_so_a_reseeded_resume_would_show(tokens, tiny_model_dir, tmp_path):
-    """The equality above can fail: the same run with other dropout masks from step 4 on (what
-    reseeding at a resume gave) has other losses from step 4 on."""
-    job = job_for(tokens, tiny_model_dir)
-    cpu = Place(torch.device("cpu"))
-    sink = Keep(tmp_path / "a")
-    first = train(job, cpu, sink, stop=stop_at(0, 3))
-    rng = checkpoint.read(sink.last, checkpoint.OPTIM)
-    if "rng" in rng:  # the fixed loop keeps the generators: reseed them as the old one did
-        for saved in rng["rng"]:
-            saved["torch"] = torch.manual_seed(job.train.seed + 7919 * 3).get_state()
-        torch.save(rng, sink.last / checkpoint.OPTIM)
-    reseeded = train(job, cpu, Keep(tmp_path / "b"), resume=sink.last)
-    straight = train(job, cpu, Keep(tmp_path / "c"))
-    losses = [h["loss"] for h in reseeded.history]
-    assert losses[:3] == [h["loss"] for h in first.history]
-    assert losses[:3] == [h["loss"] for h in straight.history][:3]
-    assert all(a != b for a, b in zip(losses[3:], [h["loss"] for h in straight.history][3:]))
 
 
 def run_world_two(rank: int, tokens: str, model_dir: str, out: str) -> None:
@@ -149,6 +138,7 @@ def run_world_two(rank: int, tokens: str, model_dir: str, out: str) -> None:
                f"{out}.{rank}")
 
 
+@pytest.mark.slow  # two fresh processes importing torch and transformers, 5 runs each
 def test_two_workers_stopped_three_times_are_the_uninterrupted_run(tokens, tiny_model_dir,
                                                                     tmp_path):
     run_ranks(run_world_two, 2, str(tokens), str(tiny_model_dir), str(tmp_path / "two"))
