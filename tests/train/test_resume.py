@@ -150,3 +150,32 @@ def test_two_workers_stopped_three_times_are_the_uninterrupted_run(tokens, tiny_
     assert ranks[1]["weights"] == [None, None]  # rank 0 writes the checkpoints
     mine, theirs = ranks[0]["weights"][1], ranks[0]["weights"][0]
     assert len(mine) > 10 and all(torch.equal(mine[k], theirs[k]) for k in theirs)
+
+
+def test_a_resume_that_cannot_put_every_rank_back_reseeds_and_says_why():
+    """Another worker count (a lost node shrank the run), or a checkpoint from before the
+    generators were kept: each rank is seeded from (seed, step, rank) and rank 0 says so."""
+    from wellfed.train import random_state
+
+    cpu = torch.device("cpu")
+    two = [random_state.capture(cpu), random_state.capture(cpu)]
+    assert random_state.restore(two, cpu, 0, 1, 5, 80) == "the checkpoint's 2 worker(s) are 1 now"
+    reseeded = torch.rand(3)
+    torch.manual_seed(5 + 7919 * 80)
+    assert torch.equal(reseeded, torch.rand(3))
+    assert random_state.restore(None, cpu, 0, 1, 5, 80) == "the checkpoint keeps no random state"
+    assert random_state.restore(two[:1], torch.device("cuda", 0), 0, 1, 5, 80) == \
+        "the checkpoint was made on a CPU"
+    assert random_state.reseeded_line("the checkpoint keeps no random state", 80) == (
+        "[wellfed] resuming at step 80 with dropout reseeded (the checkpoint keeps no random "
+        "state): the steps from here draw other masks than the uninterrupted run would have")
+    # Put back, every generator draws on as it would have.
+    import random
+
+    import numpy as np
+
+    saved = random_state.capture(cpu)
+    ahead = (torch.rand(2).tolist(), random.random(), np.random.random())
+    random.random(), np.random.random(), torch.rand(5)  # moved on, as the run after the stop
+    assert random_state.restore([saved], cpu, 0, 1, 5, 80) is None
+    assert (torch.rand(2).tolist(), random.random(), np.random.random()) == ahead
