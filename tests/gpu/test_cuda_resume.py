@@ -34,7 +34,7 @@ def check(device: torch.device, root: Path, model_dir: Path) -> dict:
     `device`, the planned path (captured on CUDA); returns their losses and step paths."""
     from tests.conftest import random_token_files
     from tests.train.test_resume import Keep, job_for, stopped_and_resumed
-    from wellfed.train.loop import Place, train
+    from wellfed.train.step.loop import Place, train
 
     (root / "tokens").mkdir(parents=True, exist_ok=True)
     tokens = random_token_files(root / "tokens", model_dir)

@@ -1,4 +1,4 @@
-"""What the driver does after Ray Train gave up on a lost node (train/lost_node.py): the
+"""What the driver does after Ray Train gave up on a lost node (train/run/lost_node.py): the
 cluster as Ray reports it is faked, the MLflow run is real (sqlite). The real two-raylet case,
 shrink, is tests/e2e/test_lost_node.py."""
 
@@ -9,8 +9,8 @@ import pytest
 
 from wellfed.config import RayConfig, TrainConfig
 from wellfed.track import tracking
-from wellfed.train import lost_node
-from wellfed.train.failures import TrainingFailed
+from wellfed.train.run import lost_node
+from wellfed.train.run.failures import TrainingFailed
 
 ONE_NODE = [{"CPU": 1.0, "memory": 1e9}]
 PER_WORKER = {"CPU": 1}
@@ -110,7 +110,7 @@ def unplaced_failure(workers: int) -> TrainingFailed:
     """What the driver turns Ray's ControllerError over a start-up timeout into."""
     from ray.train import ControllerError
 
-    from wellfed.train.failures import worker_failure
+    from wellfed.train.run.failures import worker_failure
 
     return worker_failure(ControllerError(WorkerGroupStartupTimeoutError(workers)))
 
@@ -160,7 +160,7 @@ def test_a_group_ray_could_not_place_with_nothing_free_stops_in_one_line(run, mo
 def test_other_ray_failures_place_nothing_apart():
     from ray.train import ControllerError
 
-    from wellfed.train.failures import not_placed
+    from wellfed.train.run.failures import not_placed
 
     assert not_placed(ControllerError(RuntimeError("the controller's own error"))) == 0
     assert not_placed(RuntimeError("not Ray's")) == 0

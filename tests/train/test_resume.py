@@ -24,8 +24,8 @@ import torch
 from tests.conftest import random_token_files
 from tests.train.test_gradients import run_ranks
 from wellfed.config import DataConfig, ModelConfig, TrainConfig
-from wellfed.train import checkpoint
-from wellfed.train.loop import Place, TrainJob, train
+from wellfed.train.checkpoints import checkpoint
+from wellfed.train.step.loop import Place, TrainJob, train
 
 STOPS = (3, 8, 13)
 """Where the stopped run stops: inside epoch 0, on its last step, and inside epoch 1."""
@@ -155,7 +155,7 @@ def test_two_workers_stopped_three_times_are_the_uninterrupted_run(tokens, tiny_
 def test_a_resume_that_cannot_put_every_rank_back_reseeds_and_says_why():
     """Another worker count (a lost node shrank the run), or a checkpoint from before the
     generators were kept: each rank is seeded from (seed, step, rank) and rank 0 says so."""
-    from wellfed.train import random_state
+    from wellfed.train.checkpoints import random_state
 
     cpu = torch.device("cpu")
     two = [random_state.capture(cpu), random_state.capture(cpu)]
