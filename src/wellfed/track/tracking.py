@@ -9,6 +9,7 @@ and it logs them at their steps through the helpers here.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import time
 from pathlib import Path
@@ -216,13 +217,25 @@ def log_metrics(uri: str, run_id: str, metrics: dict[str, float], model_id: str 
                 dataset: tuple[str, str] | None = None) -> None:
     """Run-level figures (summaries, evaluation), logged at step 0; with `model_id` (and a
     logged `dataset` (name, digest) they were measured on) also the logged model's figures,
-    which its page lists by dataset."""
+    which its page lists by dataset.
+
+    Once: a stage killed after logging them and rerun (evaluate's figures of the same model are
+    the same numbers) finds each already the run's value at step 0 and logs it no second time;
+    a figure that changed (evaluate's code did) is logged, and the run shows the newer one."""
+    import mlflow
     from mlflow.entities import Metric
 
+    known = mlflow.MlflowClient(uri).get_run(run_id).data.metrics  # each key's latest value
     now = int(time.time() * 1000)
     name, digest = dataset or (None, None)
     send_metrics(uri, run_id, [Metric(k, float(v), now, 0, model_id=model_id, dataset_name=name,
-                                      dataset_digest=digest) for k, v in metrics.items()])
+                                      dataset_digest=digest) for k, v in metrics.items()
+                               if not same_figure(known.get(k), float(v))])
+
+
+def same_figure(known: float | None, value: float) -> bool:
+    """Whether a run-level figure is already `value` (NaN is NaN: a rerun logs it once too)."""
+    return known is not None and (known == value or (math.isnan(known) and math.isnan(value)))
 
 
 def dataset_digest(uri: str, run_id: str, name: str) -> tuple[str, str] | None:

@@ -3,8 +3,10 @@ here is train/checkpoints/store.py).
 
     model.pt          the model's state dict (unwrapped from DDP; LoRA adapters unmerged, so a
                       resume goes on training them): the weights, stored once
-    optim.pt          optimizer, LR scheduler and GradScaler state; not in a run's final
-                      checkpoint (the last step, or early stopping), which never trains on
+    optim.pt          optimizer, LR scheduler and GradScaler state, and every rank's random
+                      generators (random_state.py here: tensors and numbers, no pickle); not
+                      in a run's final checkpoint (the last step, or early stopping), which
+                      never trains on
     train_state.json  step, epoch and sampler position, the per-step history so far and the
                       best validation so far (train/step/selection.py)
     val_logits.npy    one worker, a step that validated: every validation row's logits, in
@@ -55,10 +57,11 @@ def unwrap(model):
 
 
 def save(directory: Path, s, state: TrainState, final: bool, profile_dir: Path | None,
-         val_logits: np.ndarray | None = None) -> None:
-    """Write the checkpoint of Setup `s` (its model, optimizer, scheduler, scaler) and `state`;
-    a `final` one without the optimizer's state (2x the weights with Adam), which nothing
-    would read: a resume from it trains no further step, and a completed run drops it.
+         val_logits: np.ndarray | None = None, random_states: list[dict] | None = None) -> None:
+    """Write the checkpoint of Setup `s` (its model, optimizer, scheduler, scaler), every
+    rank's `random_states` (random_state.gather) and `state`; a `final` one without the
+    optimizer's state (2x the weights with Adam) and random states, which nothing would read:
+    a resume from it trains no further step, and a completed run drops it.
     A folder that is full or read-only raises its one line (outputs.WriteFault), not torch's
     `RuntimeError: [enforce fail at inline_container.cc:672] . unexpected pos`."""
     try:
@@ -68,7 +71,7 @@ def save(directory: Path, s, state: TrainState, final: bool, profile_dir: Path |
             with writing(directory / OPTIM) as f:
                 torch.save({"optimizer": s.optimizer.state_dict(),
                             "scheduler": s.scheduler.state_dict(),
-                            "scaler": s.scaler.state_dict()}, f)
+                            "scaler": s.scaler.state_dict(), "rng": random_states}, f)
         (directory / STATE).write_text(json.dumps(state.to_json()))
         if val_logits is not None:
             with writing(directory / VAL_LOGITS) as f:
@@ -136,18 +139,20 @@ def unloadable(directory: Path) -> str | None:
     return None
 
 
-def load(directory: Path, s, metric: str, finished=lambda state: False) -> TrainState:
+def load(directory: Path, s, metric: str, finished=lambda state: False
+         ) -> tuple[TrainState, list[dict] | None]:
     """Restore Setup `s` from a checkpoint; return its training state (a checkpoint from before
-    best tracking gets a fresh record for `metric`). A final checkpoint has no optimizer state:
-    `finished(state)` says the run trains no further step from it."""
+    best tracking gets a fresh record for `metric`) and every rank's random states (None: a
+    final checkpoint, or one from before they were kept). A final checkpoint has no optimizer
+    state: `finished(state)` says the run trains no further step from it."""
     unwrap(s.model).load_state_dict(weights(directory))
     if not (directory / OPTIM).exists() and finished(read_state(directory, metric)):
-        return read_state(directory, metric)
+        return read_state(directory, metric), None
     optim = read(directory, OPTIM)
     s.optimizer.load_state_dict(optim["optimizer"])
     s.scheduler.load_state_dict(optim["scheduler"])
     s.scaler.load_state_dict(optim["scaler"])
-    return read_state(directory, metric)
+    return read_state(directory, metric), optim.get("rng")
 
 
 def read_state(directory: Path, metric: str | None = None) -> TrainState:

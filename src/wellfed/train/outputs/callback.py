@@ -67,7 +67,8 @@ class MlflowCallback:
     Ray can re-deliver a report around a worker restart, and a resume or a restart from step 0
     (every checkpoint damaged) redoes steps the run's history already holds: steps at or below
     the last logged step are shown but not logged again, so the history never repeats or goes
-    back. The redone values are the logged ones: the same seed, batches and per-step RNG.
+    back. The redone values are the logged ones: the same batches and random states, put back
+    from the checkpoint (train/checkpoints/random_state.py).
     """
 
     def __init__(self, uri: str, run_id: str, backlog: str, background: bool = False):

@@ -11,6 +11,12 @@ workers, it continues from the last checkpoint on the workers that fit, the same
 stops with one line saying what shrank and what to run, the MLflow run FAILED and its
 checkpoint kept (`stop`, and whenever no worker fits at all).
 
+Ray gives up on a group it could not place (WorkerGroupStartupTimeoutError after its restarts)
+even when the cluster still lists room for it: a node killed a moment ago is listed alive until
+the GCS's health checks give up on it, and room may be held by other work. That is a shortage
+all the same: at most one worker fewer than Ray could not place, and no more than the
+cluster's free resources hold, so it shrinks or stops as above; never `training failed`.
+
 A trial Ray placed (one worker, one Ray task: train/run/placement.py) whose node died is sent again
 from its last checkpoint, at most `ray.max_failures` times; Ray runs it where there is room (on
 the head once a trial running there ends), into the same MLflow run.
@@ -40,28 +46,40 @@ def room_left(nodes: list[dict], per_worker: dict[str, float], workers: int,
     return room if room < workers else None
 
 
+def unplaced_room(free: dict, per_worker: dict[str, float], workers: int) -> int:
+    """Room after Ray could not place `workers` although the cluster lists room for them: fewer
+    than it asked for, and no more than the free resources (all nodes together) hold."""
+    return min(workers - 1, cluster.room([free], per_worker))
+
+
 def shrink_line(nodes: list[dict], room: int, workers: int, max_failures: int,
-                step: int | None) -> str:
+                step: int | None, unplaced: bool = False) -> str:
     """What the cluster is now and what it did to the run: the first half of either line."""
     kept = f"the checkpoint of step {step} is kept" if step else "no checkpoint yet"
+    if unplaced:  # the cluster still lists the room Ray could not use
+        return (f"a node was lost or its room is held: Ray could not place the run's {workers} "
+                f"worker(s) after its restarts (ray.max_failures: {max_failures}, each start "
+                f"waiting RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S); the cluster lists "
+                f"{cluster.described(nodes)}, with free room for {room} worker(s); {kept}")
     return (f"a node was lost: the cluster has {cluster.described(nodes)} now, room for {room} "
             f"of the run's {workers} worker(s), after Ray's restarts (ray.max_failures: "
             f"{max_failures}); {kept}")
 
 
 def continuing(nodes: list[dict], room: int, workers: int, max_failures: int, step: int | None,
-               global_batch: int, accumulation: int) -> str:
+               global_batch: int, accumulation: int, unplaced: bool = False) -> str:
     """ray.on_lost_node: shrink, and a worker fits: the run goes on, said in one line."""
-    return (f"{shrink_line(nodes, room, workers, max_failures, step)}; continuing on {room} "
+    where = shrink_line(nodes, room, workers, max_failures, step, unplaced)
+    return (f"{where}; continuing on {room} "
             f"worker(s) from step {step or 0}, the same global batch of {global_batch} rows "
             f"({accumulation} micro-batch(es) per worker per step), into the same MLflow run "
             "(ray.on_lost_node: shrink)")
 
 
 def stopped(nodes: list[dict], room: int, workers: int, max_failures: int,
-            step: int | None) -> TrainingFailed:
+            step: int | None, unplaced: bool = False) -> TrainingFailed:
     """ray.on_lost_node: stop (or no worker fits at all): the line that says what to run."""
-    where = shrink_line(nodes, room, workers, max_failures, step)
+    where = shrink_line(nodes, room, workers, max_failures, step, unplaced)
     if room == 0:
         todo = "add a node that can hold a worker, then rerun `dvc repro` to resume"
     else:
@@ -72,23 +90,29 @@ def stopped(nodes: list[dict], room: int, workers: int, max_failures: int,
 
 
 def after_ray_train(workers: RayConfig, asked: RayConfig, per_worker: dict[str, float],
-                    train_cfg, step: int | None, uri: str, run_id: str) -> RayConfig | None:
+                    train_cfg, step: int | None, uri: str, run_id: str,
+                    unplaced: int = 0) -> RayConfig | None:
     """After a Ray Train fit failed: None when the cluster still holds `workers` (the failure
     was not a lost node: the caller raises it); else the config to continue with (fewer
-    workers), said in one line and tagged on the MLflow run; or raise `stopped`'s line."""
+    workers), said in one line and tagged on the MLflow run; or raise `stopped`'s line.
+    `unplaced`: the workers Ray could not place when it gave up (failures.TrainingFailed), a
+    shortage even where the cluster lists room for them."""
     from wellfed.track import tracking
     from wellfed.train.run.mlflow_run import world_size_change
 
     nodes = cluster.live_nodes()
     room = room_left(nodes, per_worker, workers.num_workers, workers.placement_strategy)
+    listed = room is None and unplaced > 0
+    if listed:
+        room = unplaced_room(cluster.available(), per_worker, workers.num_workers)
     if room is None:
         return None
     if room == 0 or asked.on_lost_node == "stop":
-        stop = stopped(nodes, room, workers.num_workers, asked.max_failures, step)
+        stop = stopped(nodes, room, workers.num_workers, asked.max_failures, step, listed)
         tracking.set_tags(uri, run_id, {LOST_TAG: str(stop)})
         raise stop
     line = continuing(nodes, room, workers.num_workers, asked.max_failures, step,
-                      train_cfg.global_batch_size, train_cfg.accumulation_steps(room))
+                      train_cfg.global_batch_size, train_cfg.accumulation_steps(room), listed)
     print(f"[wellfed] {line}", flush=True)
     derived = {"derived.world_size": room,
                "derived.accumulation_steps": train_cfg.accumulation_steps(room)}

@@ -111,9 +111,10 @@ def fit_on_ray(job: TrainJob, run: runs.Run, store: Store, resume: Entry | None,
                 with runs.training(run, store, launch, clock):
                     run_trainer(worker, workers, use_gpu, store, resume, uri, run_id, backlog)
                 break
-            except failures.TrainingFailed:
+            except failures.TrainingFailed as err:
                 shrunk = lost_node.after_ray_train(workers, ray_cfg, per_worker, job.train,
-                                                   latest_step(store), uri, run_id)
+                                                   latest_step(store), uri, run_id,
+                                                   unplaced=err.unplaced)
                 if shrunk is None:
                     raise  # not a lost node: the failure's own line
                 workers = shrunk

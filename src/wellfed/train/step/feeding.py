@@ -52,10 +52,13 @@ def micro_batches(steps: Iterator[Step], data: TokenFile, path: Path, pad_id: in
 
     def flush():
         plan = [idx for s in epoch_steps for idx in s.micro]
+        # A generator of its own: a DataLoader draws its processes' base seed from the one it
+        # is given, else from torch's default one, dropout's, which a resume mid-epoch (a new
+        # DataLoader there) would then move one draw ahead of the uninterrupted run's.
         loader = iter(torch.utils.data.DataLoader(
             MicroBatches(str(path), plan, pad_id, spec), batch_size=None, shuffle=False,
             num_workers=loader_workers, prefetch_factor=prefetch, pin_memory=pin,
-            worker_init_fn=ignore_stop_signals))
+            worker_init_fn=ignore_stop_signals, generator=torch.Generator().manual_seed(0)))
         for s in epoch_steps:
             yield s, (next(loader) for _ in s.micro)
 

@@ -33,7 +33,7 @@ from wellfed.telemetry.gpu import DeviceSampler
 from wellfed.telemetry.meter import StepMeter
 from wellfed.telemetry.peak import device_peak
 from wellfed.telemetry.phases import Phases
-from wellfed.train.checkpoints import checkpoint
+from wellfed.train.checkpoints import checkpoint, random_state
 from wellfed.train.checkpoints.checkpoint import unwrap
 from wellfed.train.checkpoints.state import TrainState
 from wellfed.train.step import graphs, selection
@@ -181,16 +181,26 @@ def train(job: TrainJob, place: Place, report: Report, *, resume: Path | None = 
         print(f"[wellfed] step: {run_facts(s)['derived']['step_path']} ({s.path_note})",
               flush=True)
     metric = selection.resolve(cfg.select_metric, job.task)
-    state = TrainState(best=selection.fresh(metric))
+    state, saved = TrainState(best=selection.fresh(metric)), None
+
+    def finished(st: TrainState) -> bool:
+        return st.step >= s.steps or (bool(patience) and st.best.since >= patience)
+
     if resume:  # a checkpoint from before best tracking has no record: it gets a fresh one
-        state = checkpoint.load(resume, s, metric, finished=lambda st: st.step >= s.steps or (
-            bool(patience) and st.best.since >= patience))
+        state, saved = checkpoint.load(resume, s, metric, finished=finished)
         if s.graphs is not None:  # the loaded optimizer holds host learning rates again
             graphs.use_device_lr(s.optimizer, device)
         if place.rank == 0:
             print(f"[wellfed] resuming from step {state.step} of {s.steps} "
                   f"(epoch {state.epoch}, batch {state.index})", flush=True)
-    torch.manual_seed(cfg.seed + 7919 * state.step + place.rank)  # dropout differs per rank
+    # Dropout's generators, per rank: seeded at a fresh start, put back at a resume, so a stopped
+    # run draws the masks the uninterrupted one would have (train/checkpoints/random_state.py).
+    if not resume:
+        random_state.seed(cfg.seed, place.rank)
+    elif reseeded := random_state.restore(saved, device, place.rank, place.world, cfg.seed,
+                                          state.step):
+        if place.rank == 0 and not finished(state):
+            print(random_state.reseeded_line(reseeded, state.step), flush=True)
     name = dev.device_name(device)
     meter = StepMeter(device, device_peak(device, name, s.precision.name, s.precision.dtype),
                       unwrap(model).config)
@@ -243,12 +253,14 @@ def train(job: TrainJob, place: Place, report: Report, *, resume: Path | None = 
                 # A new best may become data/model, so it gets a checkpoint of its own.
                 do_ckpt = checkpoints and (do_ckpt or early or (new_best and cfg.select == "best"))
             state.history += pending[:-1] + [dict(pending[-1], **(val or {}))]
+            # Every rank's generators, for a checkpoint a run may go on from (a collective).
+            rng = random_state.gather(device) if do_ckpt and not (last or early) else None
             saving = do_ckpt and place.rank == 0
             with (scratch() if saving else contextlib.nullcontext()) as tmp:
                 if saving:
                     with clock("checkpoints"):
                         checkpoint.save(Path(tmp), s, state, last or early, Path(traces),
-                                        logits)
+                                        logits, rng)
                 with clock("reports"):  # the sink copies the checkpoint into its storage here
                     sent = WorkerReport(facts, run_facts(s), pending, interval, telemetry,
                                         sampler.kind, dict(clock.seconds), val,
