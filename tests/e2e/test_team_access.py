@@ -213,3 +213,29 @@ def test_an_import_beside_the_running_store_is_refused_and_stops_nothing(store, 
         "stop) or choose another --dir; nothing was started or stopped"], proc.stderr
     assert store.pg.running() == running
     assert mlflow.MlflowClient(store.uri).search_experiments(max_results=1)  # still answers
+
+
+def test_an_evaluation_without_the_role_scores_its_version_and_one_with_it_moves_champion(
+        store, users, monkeypatch, capsys):
+    """evaluate's ranking (champion.promote) as a team member: the server refuses the move, the
+    stage goes on with one line; the same ranking as the role `champion` moves the alias."""
+    from wellfed.track import champion
+
+    member = as_user(monkeypatch, users["member"])(store.uri)
+    experiment = member.create_experiment("access-evaluate")
+    run = member.create_run(experiment)
+    member.create_registered_model("ranked-model")
+    version = member.create_model_version("ranked-model", f"{run.info.artifact_uri}/model",
+                                          run_id=run.info.run_id).version
+    verdict = champion.promote(store.uri, "ranked-model", version, "champion", "eval/macro_f1",
+                               0.7, "split-fingerprint", "test")
+    assert verdict.holder is None and verdict.line() == (
+        "models:/ranked-model@champion is not set: the tracking server refused to move it "
+        "(@champion moves only for the role 'champion', which user 'member' does not hold); "
+        f"version {version} is scored, and the next evaluation by the role 'champion' ranks it "
+        "(or, as one: python -m wellfed.track.champion ranked-model champion)")
+    as_user(monkeypatch, users["releaser"])
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store.uri)
+    assert champion.main(["ranked-model"]) == 0
+    assert capsys.readouterr().out.strip() == (
+        f"[wellfed] models:/ranked-model@champion is version {version}")
