@@ -189,8 +189,11 @@ def add_user(args: argparse.Namespace, folder: Path) -> int:
     try:
         made = store_access.add_user(uri, folder, args.add_user, args.role)
     except Exception as err:  # MlflowException, a refused connection: the text says which
-        print(f"error: --add-user {args.add_user} on {uri}: {str(err).splitlines()[0][:300]}",
-              file=sys.stderr)
+        why = str(err).splitlines()[0][:300]
+        if "RESOURCE_ALREADY_EXISTS" in why:
+            why = ("that user exists; choose another name, or change its password as the admin "
+                   "(MLflow's update_user_password, docs/team.md#access)")
+        print(f"error: --add-user {args.add_user} on {uri}: {why}", file=sys.stderr)
         return 1
     print(f"[wellfed] user {args.add_user} ({', '.join(args.role) or 'reads only'}): login in "
           f"{made} (0600); give it to them as ~/.mlflow/credentials, or export "
