@@ -86,6 +86,7 @@ def test_readers_read_the_team_writes_and_only_the_champion_role_moves_champion(
     experiment = client.create_experiment("access-check")
     run = client.create_run(experiment)
     client.log_metric(run.info.run_id, "eval/macro_f1", 0.5)
+    client.log_text(run.info.run_id, "made by the team", "notes/member.txt")  # through the proxy
     client.create_registered_model("access-model")
     version = client.create_model_version("access-model", f"{run.info.artifact_uri}/model",
                                           run_id=run.info.run_id).version
@@ -98,7 +99,15 @@ def test_readers_read_the_team_writes_and_only_the_champion_role_moves_champion(
     reader = as_user(monkeypatch, users["reader"])(store.uri)
     assert reader.get_run(run.info.run_id).data.metrics == {"eval/macro_f1": 0.5}
     assert reader.get_model_version("access-model", version).run_id == run.info.run_id
+    assert [f.path for f in reader.list_artifacts(run.info.run_id, "notes")] == [
+        "notes/member.txt"]
+    import mlflow
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store.uri)  # mlflow-artifacts:/ is the server's
+    assert mlflow.artifacts.load_text(f"{run.info.artifact_uri}/notes/member.txt") == \
+        "made by the team"  # the reader's login, from the environment
     for write in (lambda: reader.log_metric(run.info.run_id, "eval/macro_f1", 0.9),
+                  lambda: reader.log_text(run.info.run_id, "not the team", "notes/reader.txt"),
                   lambda: reader.create_experiment("reader-made"),
                   lambda: reader.set_registered_model_alias("access-model", "champion", version)):
         with pytest.raises(MlflowException, match="403"):
