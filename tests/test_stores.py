@@ -179,3 +179,12 @@ def test_the_store_knows_an_alias_move_and_a_create_on_every_route():
             for what in ("experiments", "registered-models")] == [
         "experiment", "registered model"] * 2
     assert creates(Request("POST", f"{api}/runs/create")) is None
+
+
+def test_a_run_the_server_refuses_to_open_is_one_line_naming_the_login(monkeypatch, tmp_path):
+    login_env(monkeypatch, tmp_path, user="ops", password="x")
+    assert stores.write_refusal("http://x:5000", "wellfed", FORBIDDEN) == (
+        "http://x:5000: the tracking server answered 403: 'ops' (MLFLOW_TRACKING_USERNAME) may "
+        "not open a run in the experiment 'wellfed' (writes take the role 'team'); ask the "
+        "store's admin for access (docs/team.md#access)")
+    assert stores.write_refusal("http://x:5000", "wellfed", "RESOURCE_DOES_NOT_EXIST") is None

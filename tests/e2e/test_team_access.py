@@ -248,3 +248,19 @@ def test_an_evaluation_without_the_role_scores_its_version_and_one_with_it_moves
     assert champion.main(["ranked-model"]) == 0
     assert capsys.readouterr().out.strip() == (
         f"[wellfed] models:/ranked-model@champion is version {version}")
+
+
+def test_a_reader_asked_to_train_is_refused_in_one_line_before_any_run(store, users,
+                                                                        monkeypatch):
+    """The train stage opens its MLflow run before any training (tracking.start_run): a login
+    that may only read is one line there, not a traceback after the first step."""
+    from wellfed.track import tracking
+
+    client = as_user(monkeypatch, users["reader"])(store.uri)
+    with pytest.raises(ValueError) as refused:
+        tracking.start_run(store.uri, "reader-run", "r")
+    assert str(refused.value) == (
+        f"{store.uri}: the tracking server answered 403: 'reader' (MLFLOW_TRACKING_USERNAME) may "
+        "not open a run in the experiment 'reader-run' (writes take the role 'team'); ask the "
+        "store's admin for access (docs/team.md#access)")
+    assert client.get_experiment_by_name("reader-run") is None

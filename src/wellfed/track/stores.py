@@ -140,9 +140,9 @@ def login() -> tuple[str | None, str, bool]:
     return found.username, source, bool(found.password)
 
 
-def login_line(error: str) -> str:
+def login_line(error: str, action: str = "read its runs") -> str:
     """Why the server refused, in words: no login (401), a wrong one (401), or a login that may
-    not read (403); and the fix."""
+    not do `action` (403); and the fix."""
     user, source, has_password = login()
     access = "docs/team.md#access"
     if "401" in error or "Unauthorized" in error or "not authenticated" in error:
@@ -154,8 +154,17 @@ def login_line(error: str) -> str:
         return (f"the tracking server refused the login of '{user}' ({source}): wrong user "
                 f"name or password; fix it, or ask the store's admin for an account ({access})")
     who = f"'{user}' ({source})" if user else "this client (no login set)"
-    return (f"the tracking server answered 403: {who} may not read its runs; ask the store's "
+    return (f"the tracking server answered 403: {who} may not {action}; ask the store's "
             f"admin for access ({access})")
+
+
+def write_refusal(uri: str, experiment: str, error: str) -> str | None:
+    """The line for a tracking server that refused to open a run (401, 403: a team store's
+    reader, docs/team.md#access), said before any training; None for any other error."""
+    if not any(code in error for code in ("error code 401", "error code 403")):
+        return None
+    return f"{shown(uri)}: " + login_line(error, f"open a run in the experiment '{experiment}' "
+                                                 "(writes take the role 'team')")
 
 
 def check_database(uri: str, where: str) -> None:
