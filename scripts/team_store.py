@@ -188,6 +188,9 @@ def add_user(args: argparse.Namespace, folder: Path) -> int:
     uri = f"http://127.0.0.1:{args.port}"
     try:
         made = store_access.add_user(uri, folder, args.add_user, args.role)
+    except ValueError as err:  # the name
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     except Exception as err:  # MlflowException, a refused connection: the text says which
         why = str(err).splitlines()[0][:300]
         if "RESOURCE_ALREADY_EXISTS" in why:

@@ -89,3 +89,11 @@ def test_a_store_made_before_the_lock_down_is_refused_in_one_line(ts, tmp_path):
     with pytest.raises(ts.StoreError, match="made by an earlier wellfed: its role `mlflow` is a "
                                             "superuser and its socket trusts any local user"):
         ts.Postgres(tmp_path / "postgres", port=5432).init()
+
+
+def test_a_user_name_that_would_leave_the_credentials_folder_is_refused(ts, tmp_path, capsys):
+    assert ts.main(["--dir", str(tmp_path), "--add-user", "../../etc/x", "--role", "team"]) == 1
+    assert capsys.readouterr().err == (
+        "error: --add-user '../../etc/x': a user name is 1 to 64 letters, digits and . _ @ -, "
+        "starting with a letter or digit; choose one such\n")
+    assert list(tmp_path.iterdir()) == []

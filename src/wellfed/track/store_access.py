@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import configparser
 import os
+import re
 import secrets
 from pathlib import Path
 
+from wellfed import environ
 from wellfed.track.store_postgres import secret_file
 
 ADMIN = "admin"
@@ -31,6 +33,10 @@ ALIASES_ENV = "WELLFED_PROTECTED_ALIASES"
 ROLES = {TEAM: [("experiment", "EDIT"), ("registered_model", "EDIT")],
          CHAMPION: [("experiment", "EDIT"), ("registered_model", "MANAGE")]}
 """Each role's grants, on every resource of the type ("*")."""
+ROLE_NOTES = {TEAM: "wellfed: logs runs and registers model versions",
+              CHAMPION: "wellfed: also moves the protected aliases (@champion)"}
+USER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
+"""A user name --add-user takes: it names the user's credentials file too."""
 
 
 def prepare(folder: Path, protected: str = CHAMPION) -> dict:
@@ -75,8 +81,6 @@ def client(uri: str):
 def set_up_roles(uri: str, folder: Path) -> dict[str, int]:
     """The roles `team` and `champion` with their grants (ROLES), made when missing; return
     their ids."""
-    from wellfed import environ
-
     with environ.scoped(as_admin(folder)):
         auth = client(uri)
         have = {role.name: role for role in auth.list_roles(WORKSPACE)}
@@ -92,15 +96,12 @@ def set_up_roles(uri: str, folder: Path) -> dict[str, int]:
     return ids
 
 
-ROLE_NOTES = {TEAM: "wellfed: logs runs and registers model versions",
-              CHAMPION: "wellfed: also moves the protected aliases (@champion)"}
-
-
 def add_user(uri: str, folder: Path, name: str, roles: list[str]) -> Path:
     """A user with a random password and `roles`; its login in a 0600 credentials file
     (MLflow's ~/.mlflow/credentials format) under the store's auth folder, returned."""
-    from wellfed import environ
-
+    if not USER_NAME.fullmatch(name):
+        raise ValueError(f"--add-user {name!r}: a user name is 1 to 64 letters, digits and . _ @ "
+                         "-, starting with a letter or digit; choose one such")
     unknown = [r for r in roles if r not in ROLES]
     if unknown:
         raise ValueError(f"--role {unknown[0]}: no such role; choose from {', '.join(ROLES)}")
