@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from wellfed.track import stores
 from wellfed.track.provenance import scrub
 
 try:
@@ -64,9 +65,14 @@ def start_run(uri: str, experiment: str, run_name: str, run_id: str | None = Non
               tags: dict[str, str] | None = None) -> str:
     """Create (or reopen, for a resume) the pipeline's MLflow run; return its id. The run is
     named `run_name`, or `run_name-2`, `-3`, ... when the experiment already has that name (a
-    forced re-run of the same inputs)."""
-    with store_lock(uri):
-        return open_run(uri, experiment, run_name, run_id, tags)
+    forced re-run of the same inputs). A login that may not write is one line (ValueError)."""
+    try:
+        with store_lock(uri):
+            return open_run(uri, experiment, run_name, run_id, tags)
+    except Exception as err:  # MlflowException: a team store's 401/403 (stores.write_refusal)
+        if (line := stores.write_refusal(uri, experiment, str(err))) is None:
+            raise
+        raise ValueError(line) from None
 
 
 @contextlib.contextmanager
