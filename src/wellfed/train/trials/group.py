@@ -22,6 +22,7 @@ from wellfed.config import TrainConfig
 from wellfed.data.batching import collate, eval_batches
 from wellfed.data.token_files import TokenFile
 from wellfed.model import load_model
+from wellfed.train.checkpoints import random_state
 from wellfed.train.step.feeding import feed
 from wellfed.train.step.setup import setup
 from wellfed.train.trials.layers import TrialModel
@@ -106,7 +107,7 @@ def train_group(job, configs: list[TrainConfig], place, *, validate_at=frozenset
     alive = list(range(len(configs)))
     out = GroupRun(history={k: [] for k in alive}, validations={k: [] for k in alive},
                    tokens={"real": 0, "computed": 0})
-    torch.manual_seed(cfg.seed + place.rank)  # dropout, as the loop seeds a run at step 0
+    random_state.seed(cfg.seed, place.rank)  # dropout, as the loop seeds a run at step 0
     fed = feed(s, train_data, job.tokens_dir / "train.arrow", job.pad_id, 0, 0, 0, cfg.epochs,
                job.data.loader_workers, job.data.prefetch)
     done = 0
