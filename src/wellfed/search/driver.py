@@ -13,7 +13,7 @@ from pathlib import Path
 from wellfed.config import (DataConfig, MlflowConfig, ModelConfig, RayConfig, SearchConfig,
                             TrainConfig, flatten)
 from wellfed.outputs import write_json
-from wellfed.search import proof, report, space, story, tuning
+from wellfed.search import lock, proof, report, space, story, tuning
 from wellfed.search.rungs import Rungs, milestones, validation_steps
 from wellfed.search.trial import Setting
 
@@ -77,6 +77,7 @@ def run(search_cfg: SearchConfig, train_cfg: TrainConfig, model_cfg: ModelConfig
 
     p = plan(search_cfg, train_cfg, model_cfg, tokens, meta, root)
     p.folder.mkdir(parents=True, exist_ok=True)
+    lock.name(root, p.search_id)
     uri = tracking_uri(mlflow_cfg.tracking_uri, project)
     parent = story.parent_run(uri, mlflow_cfg.experiment, p.search_id,
                               {**flatten({"search": search_cfg}), "search.metric": p.metric,
