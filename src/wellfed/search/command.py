@@ -67,7 +67,7 @@ def tokens_ready(params: str) -> None:
 
 def run(args: argparse.Namespace) -> None:
     from wellfed.config import load_params
-    from wellfed.search import driver, lock
+    from wellfed.search import driver, endings, lock
 
     search_cfg, train_cfg, model_cfg, data_cfg, ray_cfg, mlflow_cfg = load_params(
         args.params, "search", "train", "model", "data", "ray", "mlflow")
@@ -77,8 +77,9 @@ def run(args: argparse.Namespace) -> None:
     with lock.held(FOLDER):  # one search per project: a second is refused, naming this one
         tokens_ready(args.params)
         meta = json.loads((TOKENS / "meta.json").read_text(encoding="utf-8"))
-        result = driver.run(search_cfg, train_cfg, model_cfg, data_cfg, ray_cfg, mlflow_cfg,
-                            TOKENS, meta, FOLDER, Path.cwd(), run_exp=not args.no_exp)
+        result = endings.ended(lambda: driver.run(
+            search_cfg, train_cfg, model_cfg, data_cfg, ray_cfg, mlflow_cfg, TOKENS, meta,
+            FOLDER, Path.cwd(), run_exp=not args.no_exp), FOLDER)
     if result.get("stopped"):
         sys.exit(result["stopped"])
 

@@ -26,6 +26,7 @@ from typing import Iterator
 
 NAME = "search.lock"
 _held: dict[Path, int] = {}  # folder -> the locked file's descriptor (this process)
+_named: dict[Path, str] = {}  # folder -> the id of the search this process runs
 
 
 @contextlib.contextmanager
@@ -51,6 +52,7 @@ def held(folder: Path) -> Iterator[None]:
         yield
     finally:
         _held.pop(key, None)
+        _named.pop(key, None)
         os.close(fd)  # releases the lock
 
 
@@ -58,8 +60,14 @@ def name(folder: Path, search_id: str) -> None:
     """Say in the lock file which search this process runs (once its id is known)."""
     fd = _held.get(folder.resolve())
     if fd is not None:
+        _named[folder.resolve()] = search_id
         holder = _read(fd)
         _write(fd, {**holder, "search_id": search_id})
+
+
+def current(folder: Path) -> str | None:
+    """The id of the search this process runs under `folder` (None before it is known)."""
+    return _named.get(folder.resolve())
 
 
 def busy_line(path: Path, holder: dict) -> str:

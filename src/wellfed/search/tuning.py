@@ -45,6 +45,9 @@ def environment() -> None:
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     os.environ.setdefault("TUNE_MAX_PENDING_TRIALS_PG", "1")
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    # A failed trial is said in one line by the search (search/tune_callback.py), not in Ray
+    # Tune's 17-line traceback: that stays in the trial's error file.
+    os.environ.setdefault("TUNE_PRINT_ALL_TRIAL_ERRORS", "0")
     import logging
 
     # Tune's ResultGrid reads each trial's metrics from the per-trial loggers turned off
@@ -60,6 +63,29 @@ def environment() -> None:
     warnings.filterwarnings("ignore", message="The reported value is ignored because")
 
 
+def checked(path: Path, restore: bool) -> None:
+    """Before a phase starts: Ray Tune's saved state in `path` is checked like a checkpoint
+    (search/tune_state.py), and set aside in one line when cut short or refused. A phase that
+    is not restored (`restore` False) has its old state removed unread."""
+    import shutil
+
+    from wellfed.outputs import shown
+    from wellfed.search import tune_state
+
+    if not path.is_dir():
+        return
+    if not restore:
+        shutil.rmtree(path)
+        return
+    why = tune_state.fault(path)
+    if why is None:
+        return
+    aside = tune_state.set_aside(path)
+    print(f"[wellfed] Ray Tune's state of this phase cannot be used ({why}): set aside as "
+          f"{shown(aside)}; the phase starts again, and the trials it finished are handed back "
+          "from data/search's ledger, not trained again", flush=True)
+
+
 def resources(cpus: int, gpus: float) -> dict:
     return {"cpu": cpus, "gpu": gpus} if gpus else {"cpu": cpus}
 
@@ -67,16 +93,19 @@ def resources(cpus: int, gpus: float) -> dict:
 def run_phase(name: str, folder: Path, trainable, need: dict, callback, *,
               param_space: dict | None = None, searcher=None, scheduler=None,
               metric: str | None = None, mode: str | None = None, samples: int = 1,
-              expected: int = 1, concurrent: int = 0, done=lambda: 0) -> Phase:
+              expected: int = 1, concurrent: int = 0, done=lambda: 0,
+              restore: bool = True) -> Phase:
     """Run (or resume) the Tuner `name` under `folder`: `samples` trials drawn by `searcher`
     (or once `param_space`'s grid), at most `concurrent` at once (0: as many as Ray fits).
     It ran to its end when the `expected` trials either finished (`done()` counts the
-    ledger's) or failed."""
+    ledger's) or failed. Without `restore` (a fixed grid) a stopped phase starts afresh: the
+    trials it finished are handed back from the ledger, Tune's state is not read."""
     from ray import tune
 
     fn = tune.with_resources(trainable, need)
     path = folder.resolve() / name
-    if tune.Tuner.can_restore(str(path)):
+    checked(path, restore)
+    if restore and tune.Tuner.can_restore(str(path)):
         tuner = tune.Tuner.restore(str(path), trainable=fn, resume_unfinished=True,
                                    resume_errored=False, restart_errored=True)
     else:
