@@ -55,6 +55,7 @@ ALLOWED = {
     "mlflow.tracking._tracking_service.client": {"TrackingServiceClient"},
     "mlflow.tracing.client": {"TracingClient"},
     "ray.air._internal.usage": {"AirEntrypoint"},
+    "ray.tune.experimental.output": {"AirVerbosity"},
     "ray.train": {"SyncConfig", "CheckpointConfig", "FailureConfig", "RunConfig"},
     "ray.air.config": {"CheckpointConfig", "FailureConfig", "RunConfig"},
     "ray.tune": {"RunConfig", "CheckpointConfig", "FailureConfig", "SyncConfig", "TuneConfig"},
