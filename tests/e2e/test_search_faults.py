@@ -1,0 +1,105 @@
+"""wellfed-search started as an interactive shell starts it (leading its own process group),
+stopped by SIGTERM to that group, then resumed past a pickle planted as Ray Tune's state: the
+stop is polite (Ray's daemons are outside the group), the planted pickle is refused in one line
+and never runs, the finished trial is handed back, not trained again, and no run is left
+RUNNING. Tiny: 3 trials of 4 steps, one at a time."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.pipeline import env, make_project, mlflow_runs
+
+pytestmark = [pytest.mark.e2e]
+TRIALS = 3
+SEARCH = {"trials": TRIALS, "min_steps": 2, "max_steps": 4, "reduction_factor": 2,
+          "finalists": 1, "seeds": [1], "concurrent": 1,
+          "space": {"train": {"lr": "log_uniform 1e-4 5e-2"}}}
+
+
+class Planted:
+    def __init__(self, marker: Path):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory, tiny_model_dir):
+    dest = tmp_path_factory.mktemp("search-faults")
+    make_project(dest, {"model": {"name": str(tiny_model_dir), "init": "random"},
+                        "train": {"epochs": 1, "lr": 2e-3, "global_batch_size": 16,
+                                  "micro_batch_size": 16, "report_every": 2, "eval_every": 0},
+                        "ray": {"num_workers": 1, "cpus_per_worker": 1}, "search": SEARCH},
+                 {"train.tsv": 120, "dev.tsv": 30, "test.tsv": 30})
+    return dest
+
+
+def search(project: Path, stop_after: int | None = None) -> tuple[int, str]:
+    """wellfed-search leading its own process group (as from an interactive shell); with
+    `stop_after`, SIGTERM to that group once that many trials finished."""
+    proc = subprocess.Popen(["wellfed-search", "--no-exp"], cwd=project, env=env(), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            process_group=0)
+    lines, deadline = [], time.time() + 900
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if stop_after and line.startswith(f"[wellfed] search {stop_after}/"):
+                os.killpg(proc.pid, signal.SIGTERM)
+                stop_after = None
+            if time.time() > deadline:
+                break
+        return proc.wait(timeout=180), "".join(lines)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def ledger(project: Path) -> dict[str, dict]:
+    return {p.stem: json.loads(p.read_text())
+            for p in project.glob("data/search/*/finished/*.json")}
+
+
+def test_sigterm_to_the_searchs_group_then_a_planted_tune_state(project, tmp_path):
+    code, out = search(project, stop_after=1)
+    assert code == 143, out[-3000:]
+    assert "stopped by SIGTERM: finished trials are kept" in out
+    assert "Failed to connect to GCS" not in out and "Traceback" not in out, out[-3000:]
+    client, runs = mlflow_runs(project)
+    assert not [r for r in runs if r.info.status == "RUNNING"]
+    (parent,) = [r for r in runs if r.data.tags.get("wellfed.search.phase") == "parent"]
+    assert parent.info.status == "KILLED"
+    before = ledger(project)
+    assert len(before) >= 1
+
+    marker = tmp_path / "PWNED"
+    (tuner,) = project.glob("data/search/*/tune-search/tuner.pkl")
+    tuner.write_bytes(pickle.dumps({"planted": Planted(marker)}))
+    code, out = search(project)
+    assert code == 0, out[-3000:]
+    assert not marker.exists()
+    said = [line for line in out.splitlines() if "Ray Tune's state of this phase" in line]
+    assert len(said) == 1 and "(tuner.pkl: it names posix.system, which a search's state " \
+        "never holds): set aside as data/search/" in said[0], out[-3000:]
+    assert (tuner.parent.with_name("tune-search.damaged") / "tuner.pkl").is_file()
+    after = ledger(project)
+    assert {t: after[t] for t in before} == before  # kept, not trained again
+    handed_back = [line for line in out.splitlines() if "not trained again" in line
+                   and line.startswith("[wellfed] search ")]
+    assert len(handed_back) == len([e for e in before.values() if e["phase"] == "search"])
+    client, runs = mlflow_runs(project)
+    children = [r for r in runs if r.data.tags.get("wellfed.search.phase") == "search"]
+    assert len(children) == len([e for e in after.values() if e["phase"] == "search"])
+    assert all(r.info.status == "FINISHED" for r in runs), [
+        (r.info.run_name, r.info.status) for r in runs]
