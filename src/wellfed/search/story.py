@@ -5,9 +5,10 @@ recipe, its curve, the rung it stopped at and why.
 report). It opens a trial's child run when Tune starts the trial, logs each report at its step,
 mirrors ASHA's decisions (search/rungs.py), and closes the child with its outcome. A finished
 trial's reports are also written to the search folder (`finished/<trial id>.json`): a resumed
-search hands them back to Tune instead of training the trial again (search/trial.py). A trial
-cut off by a kill restarts from its first step into the same child run; steps the child holds
-already are not logged again (the same seed and batches give the same values).
+search hands them back to Tune instead of training the trial again (search/trial.py), found by
+its trial id or, in a phase started afresh under new ids, by its config. A trial cut off by a
+kill restarts from its first step into the same child run; steps the child holds already are
+not logged again (the same seed and batches give the same values).
 """
 
 from __future__ import annotations

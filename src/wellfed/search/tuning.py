@@ -5,7 +5,9 @@ Both phases run the same trainable (search/trial.py) in warm workers (`reuse_act
 by Ray with `ray.cpus_per_worker` CPUs and, on a cluster with GPUs, `ray.gpus_per_worker` of a
 GPU per trial. Tune's experiment state is saved at every turn of its loop and on a stop;
 trials finished since are in the search folder's ledger (search/story.py), so a resumed phase
-trains none of them again.
+trains none of them again. Before a resume that state is checked like a checkpoint
+(search/tune_state.py) and set aside when cut short or refused; the final check's grid is
+never restored (it starts afresh, its finished trials handed back by their config).
 
 Signals: Ray Tune stops gracefully on SIGINT (Ctrl-C) and SIGUSR1, saving its state; SIGTERM
 (SLURM, a spot VM's notice) is turned into SIGUSR1 here, so every polite signal stops the same
