@@ -221,6 +221,7 @@ def _search_phase(cfg: SearchConfig, setting: Setting, p: Plan, need: dict, uri:
                              done=lambda: len(story.ledger(p.folder, "search")))
     if phase.interrupted:
         teller.interrupted()
+        endings.stale(uri, parent, p.search_id)  # restored, Tune calls its own copy of teller
     return phase
 
 
@@ -243,6 +244,7 @@ def _proof_phase(cfg: SearchConfig, setting: Setting, p: Plan, need: dict, uri: 
                              done=lambda: len(story.ledger(p.folder, "proof")), restore=False)
     if phase.interrupted:
         teller.interrupted()
+        endings.stale(uri, parent, p.search_id)  # restored, Tune calls its own copy of teller
     return phase
 
 

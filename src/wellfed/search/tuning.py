@@ -71,7 +71,6 @@ def checked(path: Path, restore: bool) -> None:
     is not restored (`restore` False) has its old state removed unread."""
     import shutil
 
-    from wellfed.outputs import shown
     from wellfed.search import tune_state
 
     if not path.is_dir():
@@ -80,8 +79,14 @@ def checked(path: Path, restore: bool) -> None:
         shutil.rmtree(path)
         return
     why = tune_state.fault(path)
-    if why is None:
-        return
+    if why is not None:
+        set_aside(path, why)
+
+
+def set_aside(path: Path, why: str) -> None:
+    from wellfed.outputs import shown
+    from wellfed.search import tune_state
+
     aside = tune_state.set_aside(path)
     print(f"[wellfed] Ray Tune's state of this phase cannot be used ({why}): set aside as "
           f"{shown(aside)}; the phase starts again, and the trials it finished are handed back "
@@ -107,10 +112,16 @@ def run_phase(name: str, folder: Path, trainable, need: dict, callback, *,
     fn = tune.with_resources(trainable, need)
     path = folder.resolve() / name
     checked(path, restore)
+    tuner = None
     if restore and tune.Tuner.can_restore(str(path)):
-        tuner = tune.Tuner.restore(str(path), trainable=fn, resume_unfinished=True,
-                                   resume_errored=False, restart_errored=True)
-    else:
+        try:
+            tuner = tune.Tuner.restore(str(path), trainable=fn, resume_unfinished=True,
+                                       resume_errored=False, restart_errored=True)
+        except Exception as err:  # whole and allowed, yet not Tune's (another Ray's, say)
+            from wellfed.cli import one_line
+
+            set_aside(path, f"Ray Tune could not restore it: {one_line(str(err))}")
+    if tuner is None:
         tuner = tune.Tuner(
             fn, param_space=param_space or {},
             tune_config=tune.TuneConfig(
