@@ -173,3 +173,32 @@ def test_a_lost_worker_and_a_failed_trial_are_said_in_a_line(tmp_path):
                                       "ray.exceptions.RayTaskError(ValueError): bad lr\n"
                                       "ValueError: train.lr must be positive\n")
     assert reason(Trial()) == "ValueError: train.lr must be positive"
+
+
+SYNC_FAILED = """Last sync command failed with the following error:
+Traceback (most recent call last):
+  File "ray/train/_internal/syncer.py", line 341, in _launch_sync_process
+    self.wait()
+OSError: [Errno 28] Error writing bytes to file. Detail: [errno 28] No space left on device
+"""
+
+
+def test_a_full_disk_under_rays_syncer_is_the_searchs_line_not_a_traceback_a_turn(
+        tmp_path, caplog):
+    import logging
+
+    from wellfed.search import room
+
+    room.watch_sync()
+    logger = logging.getLogger(room.SYNC_LOGGER)
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):  # one per turn of Tune's loop
+            logger.warning(SYNC_FAILED)
+        logger.warning("Last sync command failed with the following error:\nTimeoutError()")
+    assert [r.getMessage() for r in caplog.records] == [
+        "Last sync command failed with the following error:\nTimeoutError()"]
+    with pytest.raises(WriteFault) as full:
+        room.SYNC.raise_found(Path("data/search/s-0123456789"))
+    assert str(full.value).startswith("cannot write data/search/s-0123456789: it is full "
+                                      "([Errno 28] No space left on device); free some space")
+    room.SYNC.raise_found(Path("data/search/s-0123456789"))  # said once

@@ -10,13 +10,15 @@ and `unexpected TuneError`.
 from __future__ import annotations
 
 import errno
+import logging
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
 
 from wellfed.disk import write_failure
-from wellfed.outputs import RERUN, WriteFault, check_room
+from wellfed.outputs import RERUN, UNWRITABLE, WriteFault, check_room
 
 THEN = "then rerun `wellfed-search` to resume it"
 TRIAL_BYTES = 2_000_000
@@ -66,3 +68,42 @@ def write_fault(err: BaseException, folder: Path) -> BaseException | None:
     if free < FULL_BYTES:
         return write_failure(folder, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), THEN)
     return None
+
+
+ERRNO = re.compile(r"\[errno (\d+)\]|OSError\((\d+),|\(os error (\d+)\)", re.IGNORECASE)
+
+
+class SyncFaults(logging.Filter):
+    """On Ray Tune's syncer's logger: each failed copy of Tune's state into the search folder is
+    logged with its traceback, at every turn of Tune's loop (11 of them before Tune gave up, on
+    a full disk). A copy that failed for want of room or access is kept instead (the first) and
+    not logged; the search stops with the folder's line at the next turn (`raise_found`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.found: OSError | None = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        match = ERRNO.search(record.getMessage())
+        code = int(next(g for g in match.groups() if g)) if match else None
+        if code not in UNWRITABLE:
+            return True
+        self.found = self.found or OSError(code, os.strerror(code))
+        return False
+
+    def raise_found(self, folder: Path) -> None:
+        if self.found is not None:
+            found, self.found = self.found, None
+            raise write_failure(folder, found, THEN)
+
+
+SYNC = SyncFaults()
+SYNC_LOGGER = "ray.train._internal.syncer"
+"""Ray Tune's syncer's logger (a name, not an import: Ray's module is private)."""
+
+
+def watch_sync() -> None:
+    """Put SYNC on the syncer's logger (once)."""
+    logger = logging.getLogger(SYNC_LOGGER)
+    if SYNC not in logger.filters:
+        logger.addFilter(SYNC)

@@ -16,6 +16,9 @@ from pathlib import Path
 
 from ray import tune
 
+from wellfed.cli import one_line
+from wellfed.search import room
+
 
 class StoryCallback(tune.Callback):
     def __init__(self, story):
@@ -29,6 +32,9 @@ class StoryCallback(tune.Callback):
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self.story.complete(trial.trial_id)
+
+    def on_step_end(self, iteration, trials, **info):
+        room.SYNC.raise_found(self.story.folder)  # Ray's copy of Tune's state found no room
 
     def on_trial_recover(self, iteration, trials, trial, **info):
         print(f"[wellfed] {self.story.phase} trial {trial.trial_id}: {reason(trial)}; Ray Tune "
@@ -44,8 +50,6 @@ class StoryCallback(tune.Callback):
 def reason(trial) -> str:
     """What ended a trial's run, in a line: its worker lost, or the error the trial raised (the
     last line of its error file that names an exception)."""
-    from wellfed.cli import one_line
-
     try:
         text = Path(trial.error_file).read_text(encoding="utf-8", errors="replace")
     except (OSError, TypeError):

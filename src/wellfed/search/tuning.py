@@ -58,6 +58,11 @@ def environment() -> None:
     # On a stop, Tune warns that it got the signal and how to resume through its own API; the
     # command says both in wellfed's words (resume = the same command).
     logging.getLogger("ray.tune.tune").setLevel(logging.ERROR)
+    # A full or read-only search folder under Ray's syncer: the search's line, not a traceback
+    # per turn of Tune's loop (search/room.py).
+    from wellfed.search import room
+
+    room.watch_sync()
     import warnings
 
     # A trial restarted by a resume reports its first rungs again: Optuna keeps the first
