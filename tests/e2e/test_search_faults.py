@@ -6,6 +6,8 @@ RUNNING. Tiny: 3 trials of 4 steps, one at a time."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import pickle
@@ -44,9 +46,11 @@ def project(tmp_path_factory, tiny_model_dir):
     return dest
 
 
-def search(project: Path, stop_after: int | None = None) -> tuple[int, str]:
+def search(project: Path, stop_after: int | None = None, fill: Path | None = None
+           ) -> tuple[int, str]:
     """wellfed-search leading its own process group (as from an interactive shell); with
-    `stop_after`, SIGTERM to that group once that many trials finished."""
+    `stop_after`, SIGTERM to that group once that many trials finished, or with `fill`, that
+    file grown until its disk is full."""
     proc = subprocess.Popen(["wellfed-search", "--no-exp"], cwd=project, env=env(), text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             process_group=0)
@@ -55,7 +59,10 @@ def search(project: Path, stop_after: int | None = None) -> tuple[int, str]:
         for line in proc.stdout:
             lines.append(line)
             if stop_after and line.startswith(f"[wellfed] search {stop_after}/"):
-                os.killpg(proc.pid, signal.SIGTERM)
+                if fill:
+                    fill_up(fill)
+                else:
+                    os.killpg(proc.pid, signal.SIGTERM)
                 stop_after = None
             if time.time() > deadline:
                 break
@@ -64,6 +71,29 @@ def search(project: Path, stop_after: int | None = None) -> tuple[int, str]:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def fill_up(path: Path) -> None:
+    with open(path, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError as err:
+            assert err.errno == errno.ENOSPC
+
+
+@contextlib.contextmanager
+def small_disk(folder: Path, size: str):
+    """`folder` on a tmpfs of `size` (root only: skipped elsewhere), unmounted at the end."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}",
+                                            "tmpfs", str(folder)]).returncode:
+        pytest.skip("mounting a small tmpfs needs root")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)])
 
 
 def ledger(project: Path) -> dict[str, dict]:
@@ -103,3 +133,40 @@ def test_sigterm_to_the_searchs_group_then_a_planted_tune_state(project, tmp_pat
     assert len(children) == len([e for e in after.values() if e["phase"] == "search"])
     assert all(r.info.status == "FINISHED" for r in runs), [
         (r.info.run_name, r.info.status) for r in runs]
+
+
+def test_a_disk_filled_mid_search_stops_it_in_the_stages_line_and_the_rerun_resumes(
+        tmp_path_factory, tiny_model_dir):
+    project = tmp_path_factory.mktemp("search-full")
+    make_project(project, {"model": {"name": str(tiny_model_dir), "init": "random"},
+                           "train": {"epochs": 1, "lr": 2e-3, "global_batch_size": 16,
+                                     "micro_batch_size": 16, "report_every": 2,
+                                     "eval_every": 0},
+                           "ray": {"num_workers": 1, "cpus_per_worker": 1},
+                           "search": {**SEARCH, "searcher_seed": 1}},
+                 {"train.tsv": 120, "dev.tsv": 30, "test.tsv": 30})
+    with small_disk(project / "data" / "search", "12m") as folder:
+        code, out = search(project, stop_after=1, fill=folder / "filler")
+        errors = [line for line in out.splitlines() if line.startswith("error:")]
+        assert code == 1 and len(errors) == 1, out[-3000:]
+        assert errors[0].startswith("error: cannot write data/search/s-") and "it is full" in \
+            errors[0] and errors[0].endswith("then rerun `wellfed-search` to resume it")
+        assert "Traceback" not in out, out[-3000:]
+        client, runs = mlflow_runs(project)
+        assert not [r for r in runs if r.info.status == "RUNNING"]
+        (parent,) = [r for r in runs if r.data.tags.get("wellfed.search.phase") == "parent"]
+        assert parent.info.status == "FAILED"
+        for path in folder.glob("s-*/**/*.json"):
+            if path.parent.name != "tune-search":  # ours: whole, whatever the disk did
+                json.loads(path.read_text())
+        before = ledger(project)
+        assert before
+
+        (folder / "filler").unlink()
+        code, out = search(project)
+        assert code == 0, out[-3000:]
+        after = ledger(project)
+        assert {t: after[t] for t in before} == before  # not trained again
+        client, runs = mlflow_runs(project)
+        assert all(r.info.status == "FINISHED" for r in runs), [
+            (r.info.run_name, r.info.status) for r in runs]
