@@ -50,7 +50,7 @@ def test_ray_workers_get_the_switches_in_their_runtime_env(monkeypatch, address)
     only the runtime environment, so the switches must be in it, with the user's values."""
     import ray
 
-    from wellfed.train import driver
+    from wellfed.train.run import driver
 
     calls = []
     monkeypatch.setattr(ray, "init", lambda **kwargs: calls.append(kwargs))

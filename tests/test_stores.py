@@ -1,4 +1,4 @@
-"""Before any work, the stores a run writes to answer (track/stores.py, train/preflight.py): one
+"""Before any work, the stores a run writes to answer (track/stores.py, train/run/preflight.py): one
 line naming the setting and the fix otherwise. A real PostgreSQL refusing a password or a
 database is tests/e2e/test_team_checks.py; here, what needs no server."""
 
@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import read_only
 from wellfed.track import stores
-from wellfed.train.preflight import check_remote, check_stores
+from wellfed.train.run.preflight import check_remote, check_stores
 
 
 def dead_port() -> int:

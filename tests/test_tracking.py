@@ -67,7 +67,7 @@ def test_a_repeated_run_name_is_numbered_and_a_resume_keeps_its_run(uri):
 
 def test_run_title_and_key(monkeypatch):
     from wellfed.config import ModelConfig, TrainConfig
-    from wellfed.train import runs
+    from wellfed.train.run import runs
 
     train, model = TrainConfig(lr=1e-4, global_batch_size=32), ModelConfig()
     digest = runs.run_hash(train, model, "d" * 64)
@@ -107,7 +107,7 @@ def test_worker_choices_are_tags_and_a_report_may_carry_more(uri, capsys):
     part of the loop is one tag the stage's breakdown reads."""
     import json
 
-    from wellfed.train.callback import MlflowCallback
+    from wellfed.train.outputs.callback import MlflowCallback
 
     run_id = tracking.start_run(uri, "choices", "r")
     records = [{"step": s, "epoch": 0, "lr": 1e-4, "loss": 1.0, "grad_norm": 1.0, "rows": 8,

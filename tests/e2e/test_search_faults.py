@@ -2,7 +2,9 @@
 stopped by SIGTERM to that group, then resumed past a pickle planted as Ray Tune's state: the
 stop is polite (Ray's daemons are outside the group), the planted pickle is refused in one line
 and never runs, the finished trial is handed back, not trained again, and no run is left
-RUNNING. Tiny: 3 trials of 4 steps, one at a time."""
+RUNNING; a disk filled mid-search stops it in the stages' line, and the rerun resumes. Tiny: 3
+trials of 4 steps, one at a time with Ray Tune (search.fuse false), and the same stop on the
+fused path."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from tests.e2e.pipeline import env, make_project, mlflow_runs
 pytestmark = [pytest.mark.e2e]
 TRIALS = 3
 SEARCH = {"trials": TRIALS, "min_steps": 2, "max_steps": 4, "reduction_factor": 2,
-          "finalists": 1, "seeds": [1], "concurrent": 1,
+          "finalists": 1, "seeds": [1], "concurrent": 1, "fuse": "false",
           "space": {"train": {"lr": "log_uniform 1e-4 5e-2"}}}
 
 
@@ -35,15 +37,18 @@ class Planted:
         return os.system, (f"touch {self.marker}",)
 
 
-@pytest.fixture(scope="module")
-def project(tmp_path_factory, tiny_model_dir):
-    dest = tmp_path_factory.mktemp("search-faults")
+def tiny(dest: Path, tiny_model_dir: Path, search: dict) -> Path:
     make_project(dest, {"model": {"name": str(tiny_model_dir), "init": "random"},
                         "train": {"epochs": 1, "lr": 2e-3, "global_batch_size": 16,
                                   "micro_batch_size": 16, "report_every": 2, "eval_every": 0},
-                        "ray": {"num_workers": 1, "cpus_per_worker": 1}, "search": SEARCH},
+                        "ray": {"num_workers": 1, "cpus_per_worker": 1}, "search": search},
                  {"train.tsv": 120, "dev.tsv": 30, "test.tsv": 30})
     return dest
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory, tiny_model_dir):
+    return tiny(tmp_path_factory.mktemp("search-faults"), tiny_model_dir, SEARCH)
 
 
 def search(project: Path, stop_after: int | None = None, fill: Path | None = None
@@ -137,14 +142,8 @@ def test_sigterm_to_the_searchs_group_then_a_planted_tune_state(project, tmp_pat
 
 def test_a_disk_filled_mid_search_stops_it_in_the_stages_line_and_the_rerun_resumes(
         tmp_path_factory, tiny_model_dir):
-    project = tmp_path_factory.mktemp("search-full")
-    make_project(project, {"model": {"name": str(tiny_model_dir), "init": "random"},
-                           "train": {"epochs": 1, "lr": 2e-3, "global_batch_size": 16,
-                                     "micro_batch_size": 16, "report_every": 2,
-                                     "eval_every": 0},
-                           "ray": {"num_workers": 1, "cpus_per_worker": 1},
-                           "search": {**SEARCH, "searcher_seed": 1}},
-                 {"train.tsv": 120, "dev.tsv": 30, "test.tsv": 30})
+    project = tiny(tmp_path_factory.mktemp("search-full"), tiny_model_dir,
+                   {**SEARCH, "searcher_seed": 1})
     with small_disk(project / "data" / "search", "12m") as folder:
         code, out = search(project, stop_after=1, fill=folder / "filler")
         errors = [line for line in out.splitlines() if line.startswith("error:")]
@@ -170,3 +169,19 @@ def test_a_disk_filled_mid_search_stops_it_in_the_stages_line_and_the_rerun_resu
         client, runs = mlflow_runs(project)
         assert all(r.info.status == "FINISHED" for r in runs), [
             (r.info.run_name, r.info.status) for r in runs]
+
+
+def test_sigterm_to_the_group_of_a_fused_search_stops_it_politely(tmp_path_factory,
+                                                                   tiny_model_dir):
+    project = tiny(tmp_path_factory.mktemp("search-fused"), tiny_model_dir,
+                   {**SEARCH, "fuse": "auto", "trials": 4})
+    code, out = search(project, stop_after=1)
+    assert code == 143, out[-3000:]
+    assert "Failed to connect to GCS" not in out and "Traceback" not in out, out[-3000:]
+    client, runs = mlflow_runs(project)
+    assert runs and not [r for r in runs if r.info.status == "RUNNING"]
+    code, out = search(project)
+    assert code == 0, out[-3000:]
+    client, runs = mlflow_runs(project)
+    assert all(r.info.status == "FINISHED" for r in runs), [
+        (r.info.run_name, r.info.status) for r in runs]

@@ -52,7 +52,7 @@ def test_a_server_that_does_not_answer_stops_the_stage_before_any_work(store, to
 def test_a_wrong_password_or_database_is_one_line_without_the_password(store, monkeypatch):
     """What the train stage checks first (preflight.check_stores), against the real PostgreSQL:
     a wrong password and a missing database, at once (no wait), the password never shown."""
-    from wellfed.train.preflight import check_stores
+    from wellfed.train.run.preflight import check_stores
 
     pg = store.pg
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)

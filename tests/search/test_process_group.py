@@ -24,7 +24,7 @@ if sys.argv[1] == 'shell':
     os.setsid()
     job = subprocess.Popen([sys.executable, '-c', sys.argv[2], 'job'], process_group=0)
     sys.exit(job.wait())
-from wellfed.train import preemption
+from wellfed.train.checkpoints import preemption
 assert os.getpgrp() == os.getpid() != os.getsid(0)
 with preemption.daemons_apart(local=True):
     daemon = subprocess.Popen(['sleep', '300'])

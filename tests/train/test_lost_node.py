@@ -1,4 +1,4 @@
-"""What the driver does after Ray Train gave up on a lost node (train/lost_node.py): the
+"""What the driver does after Ray Train gave up on a lost node (train/run/lost_node.py): the
 cluster as Ray reports it is faked, the MLflow run is real (sqlite). The real two-raylet case,
 shrink, is tests/e2e/test_lost_node.py."""
 
@@ -9,8 +9,8 @@ import pytest
 
 from wellfed.config import RayConfig, TrainConfig
 from wellfed.track import tracking
-from wellfed.train import lost_node
-from wellfed.train.failures import TrainingFailed
+from wellfed.train.run import lost_node
+from wellfed.train.run.failures import TrainingFailed
 
 ONE_NODE = [{"CPU": 1.0, "memory": 1e9}]
 PER_WORKER = {"CPU": 1}

@@ -40,7 +40,7 @@ def check_store(uri: str, where: str) -> None:
     store that refuses connections or cannot reach its database may be restarting (a team
     server's deploy, PostgreSQL's restart): it gets up to `wait_s()` seconds, said in one line,
     before the error; a refusal of the credentials, the database or the host name is at once.
-    A local store (sqlite, a folder) is the stage preflight's (train/preflight.py)."""
+    A local store (sqlite, a folder) is the stage preflight's (train/run/preflight.py)."""
     import time
 
     scheme = urlsplit(uri).scheme.split("+")[0]

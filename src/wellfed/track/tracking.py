@@ -2,8 +2,8 @@
 
 One MLflow run per pipeline run: the train stage opens it and writes its id to a small file that
 evaluate reads to append its own metrics. Workers never talk to MLflow; the Ray Train controller
-calls `wellfed.train.callback.MlflowCallback.after_report` with every worker's metrics, and it
-logs them at their steps through the helpers here.
+calls `wellfed.train.outputs.callback.MlflowCallback.after_report` with every worker's metrics,
+and it logs them at their steps through the helpers here.
 """
 
 from __future__ import annotations
@@ -281,7 +281,7 @@ def interval_metrics(reports: list[dict]) -> dict[str, float]:
             out[f"{WORKERS}{key}_mean"] = values[0]
     if reports[0].get("micro_batch_tokens"):  # a token budget, halved after a CUDA OOM: visible
         out[f"{WORKERS}micro_batch_tokens"] = reports[0]["micro_batch_tokens"]
-    if reports[0].get("graphs_captured"):  # the CUDA graph step (train/graphs.py): so far
+    if reports[0].get("graphs_captured"):  # the CUDA graph step (train/step/graphs.py): so far
         out[f"{WORKERS}graphs_captured"] = reports[0]["graphs_captured"]
         out[f"{WORKERS}graph_capture_s"] = reports[0]["graph_capture_s"]
     return out
