@@ -51,11 +51,11 @@ def project(tmp_path_factory, tiny_model_dir):
     return tiny(tmp_path_factory.mktemp("search-faults"), tiny_model_dir, SEARCH)
 
 
-def search(project: Path, stop_after: int | None = None, fill: Path | None = None
+def search(project: Path, stop_at: str | None = None, fill: Path | None = None
            ) -> tuple[int, str]:
-    """wellfed-search leading its own process group (as from an interactive shell); with
-    `stop_after`, SIGTERM to that group once that many trials finished, or with `fill`, that
-    file grown until its disk is full."""
+    """wellfed-search leading its own process group (as from an interactive shell); at the
+    first line starting `stop_at`, SIGTERM to that group, or with `fill`, that file grown until
+    its disk is full."""
     proc = subprocess.Popen(["wellfed-search", "--no-exp"], cwd=project, env=env(), text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             process_group=0)
@@ -63,12 +63,12 @@ def search(project: Path, stop_after: int | None = None, fill: Path | None = Non
     try:
         for line in proc.stdout:
             lines.append(line)
-            if stop_after and line.startswith(f"[wellfed] search {stop_after}/"):
+            if stop_at and line.startswith(stop_at):
                 if fill:
                     fill_up(fill)
                 else:
                     os.killpg(proc.pid, signal.SIGTERM)
-                stop_after = None
+                stop_at = None
             if time.time() > deadline:
                 break
         return proc.wait(timeout=180), "".join(lines)
@@ -107,7 +107,7 @@ def ledger(project: Path) -> dict[str, dict]:
 
 
 def test_sigterm_to_the_searchs_group_then_a_planted_tune_state(project, tmp_path):
-    code, out = search(project, stop_after=1)
+    code, out = search(project, stop_at="[wellfed] search 1/")
     assert code == 143, out[-3000:]
     assert "stopped by SIGTERM: finished trials are kept" in out
     assert "Failed to connect to GCS" not in out and "Traceback" not in out, out[-3000:]
@@ -145,7 +145,7 @@ def test_a_disk_filled_mid_search_stops_it_in_the_stages_line_and_the_rerun_resu
     project = tiny(tmp_path_factory.mktemp("search-full"), tiny_model_dir,
                    {**SEARCH, "searcher_seed": 1})
     with small_disk(project / "data" / "search", "12m") as folder:
-        code, out = search(project, stop_after=1, fill=folder / "filler")
+        code, out = search(project, stop_at="[wellfed] search 1/", fill=folder / "filler")
         errors = [line for line in out.splitlines() if line.startswith("error:")]
         assert code == 1 and len(errors) == 1, out[-3000:]
         assert errors[0].startswith("error: cannot write data/search/s-") and "it is full" in \
@@ -175,7 +175,7 @@ def test_sigterm_to_the_group_of_a_fused_search_stops_it_politely(tmp_path_facto
                                                                    tiny_model_dir):
     project = tiny(tmp_path_factory.mktemp("search-fused"), tiny_model_dir,
                    {**SEARCH, "fuse": "auto", "trials": 4})
-    code, out = search(project, stop_after=1)
+    code, out = search(project, stop_at="[wellfed] search group 1/")
     assert code == 143, out[-3000:]
     assert "Failed to connect to GCS" not in out and "Traceback" not in out, out[-3000:]
     client, runs = mlflow_runs(project)
