@@ -53,6 +53,11 @@ def tokens_ready(params: str) -> None:
         print(f"[wellfed] token files ready (`dvc repro tokenize`, {time.time() - started:.1f} s)",
               flush=True)
     else:
+        from wellfed.search.lock import dvc_busy
+
+        busy = dvc_busy(proc.stderr + proc.stdout, Path.cwd(), "then rerun `wellfed-search`")
+        if busy:
+            raise ValueError(f"`dvc repro tokenize` cannot run before the search: {busy}")
         lines = (proc.stderr + proc.stdout).strip().splitlines()
         ours = [line for line in lines if line.startswith("error: ")]  # a stage's own line
         said = (ours or [line for line in lines if line.startswith("ERROR")] or lines[-1:]
@@ -62,17 +67,19 @@ def tokens_ready(params: str) -> None:
 
 def run(args: argparse.Namespace) -> None:
     from wellfed.config import load_params
-    from wellfed.search import driver
+    from wellfed.search import driver, endings, lock
 
     search_cfg, train_cfg, model_cfg, data_cfg, ray_cfg, mlflow_cfg = load_params(
         args.params, "search", "train", "model", "data", "ray", "mlflow")
     if not search_cfg.space:
         raise ValueError(f"{args.params}: search.space is empty: name what to search, e.g. "
                          "search: {space: {train: {lr: log_uniform 1e-5 3e-4}}}")
-    tokens_ready(args.params)
-    meta = json.loads((TOKENS / "meta.json").read_text(encoding="utf-8"))
-    result = driver.run(search_cfg, train_cfg, model_cfg, data_cfg, ray_cfg, mlflow_cfg,
-                        TOKENS, meta, FOLDER, Path.cwd(), run_exp=not args.no_exp)
+    with lock.held(FOLDER):  # one search per project: a second is refused, naming this one
+        tokens_ready(args.params)
+        meta = json.loads((TOKENS / "meta.json").read_text(encoding="utf-8"))
+        result = endings.ended(lambda: driver.run(
+            search_cfg, train_cfg, model_cfg, data_cfg, ray_cfg, mlflow_cfg, TOKENS, meta,
+            FOLDER, Path.cwd(), run_exp=not args.no_exp), FOLDER)
     if result.get("stopped"):
         sys.exit(result["stopped"])
 

@@ -13,7 +13,8 @@ from pathlib import Path
 from wellfed.config import (DataConfig, MlflowConfig, ModelConfig, RayConfig, SearchConfig,
                             TrainConfig, flatten)
 from wellfed.outputs import write_json
-from wellfed.search import fused, halving, proof, report, space, story, tuning
+from wellfed.search import (endings, fused, halving, lock, proof, report, room, space, story,
+                            tuning)
 from wellfed.search.rungs import Rungs, milestones, validation_steps
 from wellfed.search.trial import Setting
 
@@ -72,15 +73,22 @@ def run(search_cfg: SearchConfig, train_cfg: TrainConfig, model_cfg: ModelConfig
     import mlflow
 
     from wellfed.cluster import connect, local_token_auth
-    from wellfed.track.tracking import tracking_uri
+    from wellfed.track.tracking import local_store, tracking_uri
     from wellfed.train.checkpoints import preemption
 
     p = plan(search_cfg, train_cfg, model_cfg, tokens, meta, root)
     p.folder.mkdir(parents=True, exist_ok=True)
+    lock.name(root, p.search_id)
     uri = tracking_uri(mlflow_cfg.tracking_uri, project)
+    local = not (ray_cfg.address or _env_address())
+    room.check(p.folder, search_cfg.trials + search_cfg.finalists * len(search_cfg.seeds),
+               local_store(uri), local)  # before the parent run opens, as a stage's preflight
     parent = story.parent_run(uri, mlflow_cfg.experiment, p.search_id,
                               {**flatten({"search": search_cfg}), "search.metric": p.metric,
                                "search.budget_steps": p.full})
+    if left := endings.stale(uri, parent, p.search_id):
+        print(f"[wellfed] {left} child run(s) a search killed outright left RUNNING: ended "
+              "KILLED (a trial started again opens its own child again)", flush=True)
     write_json(p.folder / "search.json", {"search_id": p.search_id, "mlflow_parent": parent,
                                           "tracking_uri": uri, "metric": p.metric,
                                           "full_steps": p.full, "rungs": list(p.rungs)})
@@ -91,7 +99,7 @@ def run(search_cfg: SearchConfig, train_cfg: TrainConfig, model_cfg: ModelConfig
           flush=True)
     tuning.environment()
     local_token_auth(ray_cfg)
-    with preemption.daemons_apart(local=not (ray_cfg.address or _env_address())):
+    with preemption.daemons_apart(local=local):
         connect(ray_cfg)
     import ray
 
@@ -248,6 +256,7 @@ def _search_phase(cfg: SearchConfig, setting: Setting, p: Plan, need: dict, uri:
                              done=lambda: len(story.ledger(p.folder, "search")))
     if phase.interrupted:
         teller.interrupted()
+        endings.stale(uri, parent, p.search_id)  # restored, Tune calls its own copy of teller
     return phase
 
 
@@ -267,9 +276,10 @@ def _proof_phase(cfg: SearchConfig, setting: Setting, p: Plan, need: dict, uri: 
                              tune.with_parameters(run_trial, setting=setting), need,
                              teller.callback(), param_space={"proof": tune.grid_search(configs)},
                              expected=len(configs), concurrent=cfg.concurrent,
-                             done=lambda: len(story.ledger(p.folder, "proof")))
+                             done=lambda: len(story.ledger(p.folder, "proof")), restore=False)
     if phase.interrupted:
         teller.interrupted()
+        endings.stale(uri, parent, p.search_id)  # restored, Tune calls its own copy of teller
     return phase
 
 

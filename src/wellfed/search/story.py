@@ -5,9 +5,10 @@ recipe, its curve, the rung it stopped at and why.
 report). It opens a trial's child run when Tune starts the trial, logs each report at its step,
 mirrors ASHA's decisions (search/rungs.py), and closes the child with its outcome. A finished
 trial's reports are also written to the search folder (`finished/<trial id>.json`): a resumed
-search hands them back to Tune instead of training the trial again (search/trial.py). A trial
-cut off by a kill restarts from its first step into the same child run; steps the child holds
-already are not logged again (the same seed and batches give the same values).
+search hands them back to Tune instead of training the trial again (search/trial.py), found by
+its trial id or, in a phase started afresh under new ids, by its config. A trial cut off by a
+kill restarts from its first step into the same child run; steps the child holds already are
+not logged again (the same seed and batches give the same values).
 """
 
 from __future__ import annotations
@@ -83,30 +84,15 @@ class Story:
             rungs.restore(json.loads(state.read_text()))
 
     def callback(self):
-        from ray import tune
+        from wellfed.search.tune_callback import StoryCallback
 
-        story = self
-
-        class _Callback(tune.Callback):
-            def on_trial_start(self, iteration, trials, trial, **info):
-                story.start(trial.trial_id, trial.config)
-
-            def on_trial_result(self, iteration, trials, trial, result, **info):
-                story.result(trial.trial_id, result)
-
-            def on_trial_complete(self, iteration, trials, trial, **info):
-                story.complete(trial.trial_id)
-
-            def on_trial_error(self, iteration, trials, trial, **info):
-                story.error(trial.trial_id, str(getattr(trial, "error_file", "") or ""))
-
-        return _Callback()
+        return StoryCallback(self)
 
     def child(self, trial: str, config: dict) -> str:
         """The trial's child run: found by its tags (a resumed search), else made."""
         found = self.client.search_runs(
             [self.experiment], f"tags.`{SEARCH_TAG}` = '{self.search_id}' and "
-            f"tags.`{TRIAL_TAG}` = '{trial}'", max_results=1)
+            f"tags.`{TRIAL_TAG}` = '{trial}'", max_results=1) or self.cut_off(trial, config)
         if found:
             run = found[0]
             history = self.client.get_metric_history(run.info.run_id, "train/loss")
@@ -129,13 +115,41 @@ class Story:
         self.logged[trial] = 0
         return run.info.run_id
 
+    def cut_off(self, trial: str, config: dict) -> list:
+        """The child of a trial of `config` cut off before it finished, in a phase that started
+        afresh (new trial ids): the trial started again goes on in it, under its new id."""
+        from wellfed.search.trial import recipe_of
+
+        recipe, seed, phase = recipe_of(config)
+        query = (f"tags.`{SEARCH_TAG}` = '{self.search_id}' and tags.`{PHASE_TAG}` = '{phase}' "
+                 f"and tags.`{RECIPE_TAG}` = '{space.recipe_id(recipe)}' and "
+                 "attributes.status != 'FINISHED'")
+        if seed is not None:
+            query += f" and params.`train.seed` = '{seed}'"
+        found = self.client.search_runs([self.experiment], query, max_results=1)
+        if found:
+            self.client.set_tag(found[0].info.run_id, TRIAL_TAG, trial)
+        return found
+
     def start(self, trial: str, config: dict) -> None:
         self.started[trial] = time.time()
         self.configs[trial] = config
+        known = trial
         if (self.folder / "finished" / f"{trial}.json").is_file():
             self.replayed.add(trial)  # finished before a kill: Tune gets its reports back
-        self.runs[trial] = self.child(trial, config)
+        elif (known := self.recorded(config) or trial) != trial:
+            self.replayed.add(trial)  # the same, under the id of a phase started afresh
+        self.runs[trial] = self.child(known, config)
+        self.logged[trial] = self.logged.pop(known, 0)
         self.reports.setdefault(trial, [])
+
+    def recorded(self, config: dict) -> str | None:
+        """The id under which this phase's ledger holds a trial of `config`, if any."""
+        from wellfed.search.trial import config_key
+
+        key = config_key(config)
+        return next((t for t, e in ledger(self.folder, self.phase).items()
+                     if config_key(e["config"]) == key), None)
 
     def result(self, trial: str, result: dict) -> None:
         from mlflow.entities import Metric
@@ -258,5 +272,10 @@ def ledger(folder: Path, phase: str | None = None) -> dict[str, dict]:
 
 
 def finished(folder: Path) -> dict[str, list]:
-    """trial id -> its recorded reports (what a resumed search hands back to Tune)."""
-    return {t: e["reports"] for t, e in ledger(folder).items()}
+    """trial id, and its config (trial.config_key) -> its recorded reports (what a resumed
+    search hands back to Tune)."""
+    from wellfed.search.trial import config_key
+
+    found = ledger(folder)
+    return {**{config_key(e["config"]): e["reports"] for e in found.values()},
+            **{t: e["reports"] for t, e in found.items()}}

@@ -60,7 +60,8 @@ class Setting:
     threads: int
     use_gpu: bool
     finished: dict = dataclasses.field(default_factory=dict)
-    """trial id -> its recorded reports: trials a resumed search does not train again."""
+    """trial id, and `config_key` -> its recorded reports: trials a resumed search does not
+    train again."""
     tokens_uri: str | None = None
     tokens_hash: str | None = None
 
@@ -71,6 +72,14 @@ def recipe_of(config: dict) -> tuple[dict, int | None, str]:
     if "proof" in config:
         return space.rounded(config["proof"]["recipe"]), int(config["proof"]["seed"]), "proof"
     return space.rounded(config), None, "search"
+
+
+def config_key(config: dict) -> str:
+    """A trial's config as what it trains (phase, rounded recipe, seed): a phase started afresh
+    (a fixed grid, or Tune's state set aside) finds its finished trials by it, under new ids."""
+    import json
+
+    return "config:" + json.dumps(recipe_of(config), sort_keys=True)
 
 
 def encode(ids: np.ndarray) -> str:
@@ -88,8 +97,9 @@ def run_trial(config: dict, setting: Setting) -> None:
 
     started = time.perf_counter()
     trial_id = tune.get_context().get_trial_id()
-    if trial_id in setting.finished:  # a resumed search: recorded, not trained again
-        for report in setting.finished[trial_id]:
+    recorded = setting.finished.get(trial_id, setting.finished.get(config_key(config)))
+    if recorded is not None:  # a resumed search: recorded, not trained again
+        for report in recorded:
             tune.report(report)
         return
     recipe, seed, phase = recipe_of(config)

@@ -5,7 +5,9 @@ Both phases run the same trainable (search/trial.py) in warm workers (`reuse_act
 by Ray with `ray.cpus_per_worker` CPUs and, on a cluster with GPUs, `ray.gpus_per_worker` of a
 GPU per trial. Tune's experiment state is saved at every turn of its loop and on a stop;
 trials finished since are in the search folder's ledger (search/story.py), so a resumed phase
-trains none of them again.
+trains none of them again. Before a resume that state is checked like a checkpoint
+(search/tune_state.py) and set aside when cut short or refused; the final check's grid is
+never restored (it starts afresh, its finished trials handed back by their config).
 
 Signals: Ray Tune stops gracefully on SIGINT (Ctrl-C) and SIGUSR1, saving its state; SIGTERM
 (SLURM, a spot VM's notice) is turned into SIGUSR1 here, so every polite signal stops the same
@@ -45,6 +47,9 @@ def environment() -> None:
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     os.environ.setdefault("TUNE_MAX_PENDING_TRIALS_PG", "1")
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    # A failed trial is said in one line by the search (search/tune_callback.py), not in Ray
+    # Tune's 17-line traceback: that stays in the trial's error file.
+    os.environ.setdefault("TUNE_PRINT_ALL_TRIAL_ERRORS", "0")
     import logging
 
     # Tune's ResultGrid reads each trial's metrics from the per-trial loggers turned off
@@ -53,11 +58,44 @@ def environment() -> None:
     # On a stop, Tune warns that it got the signal and how to resume through its own API; the
     # command says both in wellfed's words (resume = the same command).
     logging.getLogger("ray.tune.tune").setLevel(logging.ERROR)
+    # A full or read-only search folder under Ray's syncer: the search's line, not a traceback
+    # per turn of Tune's loop (search/room.py).
+    from wellfed.search import room
+
+    room.watch_sync()
     import warnings
 
     # A trial restarted by a resume reports its first rungs again: Optuna keeps the first
     # values (the same, same seed) and warns per step.
     warnings.filterwarnings("ignore", message="The reported value is ignored because")
+
+
+def checked(path: Path, restore: bool) -> None:
+    """Before a phase starts: Ray Tune's saved state in `path` is checked like a checkpoint
+    (search/tune_state.py), and set aside in one line when cut short or refused. A phase that
+    is not restored (`restore` False) has its old state removed unread."""
+    import shutil
+
+    from wellfed.search import tune_state
+
+    if not path.is_dir():
+        return
+    if not restore:
+        shutil.rmtree(path)
+        return
+    why = tune_state.fault(path)
+    if why is not None:
+        set_aside(path, why)
+
+
+def set_aside(path: Path, why: str) -> None:
+    from wellfed.outputs import shown
+    from wellfed.search import tune_state
+
+    aside = tune_state.set_aside(path)
+    print(f"[wellfed] Ray Tune's state of this phase cannot be used ({why}): set aside as "
+          f"{shown(aside)}; the phase starts again, and the trials it finished are handed back "
+          "from data/search's ledger, not trained again", flush=True)
 
 
 def resources(cpus: int, gpus: float) -> dict:
@@ -67,19 +105,28 @@ def resources(cpus: int, gpus: float) -> dict:
 def run_phase(name: str, folder: Path, trainable, need: dict, callback, *,
               param_space: dict | None = None, searcher=None, scheduler=None,
               metric: str | None = None, mode: str | None = None, samples: int = 1,
-              expected: int = 1, concurrent: int = 0, done=lambda: 0) -> Phase:
+              expected: int = 1, concurrent: int = 0, done=lambda: 0,
+              restore: bool = True) -> Phase:
     """Run (or resume) the Tuner `name` under `folder`: `samples` trials drawn by `searcher`
     (or once `param_space`'s grid), at most `concurrent` at once (0: as many as Ray fits).
     It ran to its end when the `expected` trials either finished (`done()` counts the
-    ledger's) or failed."""
+    ledger's) or failed. Without `restore` (a fixed grid) a stopped phase starts afresh: the
+    trials it finished are handed back from the ledger, Tune's state is not read."""
     from ray import tune
 
     fn = tune.with_resources(trainable, need)
     path = folder.resolve() / name
-    if tune.Tuner.can_restore(str(path)):
-        tuner = tune.Tuner.restore(str(path), trainable=fn, resume_unfinished=True,
-                                   resume_errored=False, restart_errored=True)
-    else:
+    checked(path, restore)
+    tuner = None
+    if restore and tune.Tuner.can_restore(str(path)):
+        try:
+            tuner = tune.Tuner.restore(str(path), trainable=fn, resume_unfinished=True,
+                                       resume_errored=False, restart_errored=True)
+        except Exception as err:  # whole and allowed, yet not Tune's (another Ray's, say)
+            from wellfed.cli import one_line
+
+            set_aside(path, f"Ray Tune could not restore it: {one_line(str(err))}")
+    if tuner is None:
         tuner = tune.Tuner(
             fn, param_space=param_space or {},
             tune_config=tune.TuneConfig(

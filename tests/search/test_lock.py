@@ -1,0 +1,98 @@
+"""One search per project: a second `wellfed-search` is refused in one line naming the first
+(its pid and search id); the kernel frees the lock of a search killed outright. A search beside
+a running `dvc exp run` says in one whole line which holds what and what to run."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.pipeline import PROJECT, env
+from wellfed.search import lock
+
+HOLDER = ("import sys, time\n"
+          "from pathlib import Path\n"
+          "from wellfed.search import lock\n"
+          "with lock.held(Path(sys.argv[1])):\n"
+          "    lock.name(Path(sys.argv[1]), 's-0123456789')\n"
+          "    print('held', flush=True)\n"
+          "    time.sleep(600)\n")
+
+
+@pytest.fixture
+def holder(tmp_path):
+    """Another process holding `tmp_path/data/search`'s lock; killed (SIGKILL) at the end."""
+    folder = tmp_path / "data" / "search"
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(folder)], stdout=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONPATH": str(PROJECT / "src")})
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        yield folder, proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_second_search_is_refused_naming_the_first_and_the_lock_dies_with_it(holder):
+    folder, proc = holder
+    with pytest.raises(ValueError) as refused:
+        with lock.held(folder):
+            pass
+    line = str(refused.value)
+    assert f"another wellfed-search runs in this project (pid {proc.pid}, search s-0123456789" \
+        in line and f"`kill -TERM {proc.pid}`" in line and "\n" not in line
+    proc.send_signal(signal.SIGKILL)  # no way to clean up: the kernel frees the lock
+    proc.wait()
+    with lock.held(folder):
+        lock.name(folder, "s-second")
+        assert '"search_id": "s-second"' in (folder / lock.NAME).read_text()
+
+
+def test_wellfed_search_refuses_to_start_beside_a_running_search(holder, tmp_path):
+    folder, proc = holder
+    shutil.copy(PROJECT / "params.yaml", tmp_path / "params.yaml")
+    out = subprocess.run(["wellfed-search", "--no-exp"], cwd=tmp_path, env=env(),
+                         capture_output=True, text=True, timeout=120)
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert out.returncode == 1 and len(errors) == 1, out.stderr[-2000:]
+    assert f"(pid {proc.pid}, search s-0123456789" in errors[0]
+    assert not (tmp_path / "data" / "tokens").exists()  # refused before `dvc repro tokenize`
+
+
+# dvc 3.x's message (dvc/rwlock.py) for a stage's output another dvc process reads or writes
+DVC_BUSY = """ERROR: '{root}/data/reports/tokens.json' is busy, it is being blocked by:
+  (PID 4242): dvc exp run -S train.lr=1e-4
+
+If there are no processes with such PIDs, you can manually remove '.dvc/tmp/rwlock' and try again.
+"""
+
+
+def test_dvcs_busy_lock_becomes_one_whole_line_with_the_holder_and_the_fix(tmp_path):
+    text = DVC_BUSY.format(root=tmp_path.resolve())
+    line = lock.dvc_busy(text, tmp_path, "then rerun `wellfed-search`")
+    assert line == ("data/reports/tokens.json is in use by `dvc exp run -S train.lr=1e-4` "
+                    "(pid 4242), which runs the pipeline in this project: wait for it to finish "
+                    "(or stop it), then rerun `wellfed-search`")
+    assert lock.dvc_busy("ERROR: failed to reproduce 'tokenize'", tmp_path, "") is None
+
+
+def test_the_search_says_dvcs_busy_lock_in_one_line(tmp_path, monkeypatch):
+    from wellfed.search import command
+
+    monkeypatch.chdir(tmp_path)
+    text = DVC_BUSY.format(root=tmp_path.resolve())
+    monkeypatch.setattr(command.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(
+        a, 255, stdout="", stderr=text))
+    with pytest.raises(ValueError) as err:
+        command.tokens_ready("params.yaml")
+    assert str(err.value) == ("`dvc repro tokenize` cannot run before the search: "
+                              "data/reports/tokens.json is in use by `dvc exp run -S "
+                              "train.lr=1e-4` (pid 4242), which runs the pipeline in this "
+                              "project: wait for it to finish (or stop it), then rerun "
+                              "`wellfed-search`")
