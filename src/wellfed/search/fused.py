@@ -197,7 +197,7 @@ def run_groups(groups: list[list[tuple[str, dict, dict, int]]], phase: str, cfg:
             print(f"[wellfed] {phase} group {n}/{len(groups)}: {len(members)} trial(s) fused "
                   f"({', '.join(m[0] for m in members)})", flush=True)
             for trial, config, _recipe, _seed in members:
-                teller.start(trial, config)
+                teller.start(trial, config, by_config=False)
             results = trained(task, members, setting, cfg.reduction_factor, metric, lower,
                               threads, phase == "search")
             for (trial, _config, _recipe, _seed), got in zip(members, results):

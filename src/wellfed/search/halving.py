@@ -103,7 +103,7 @@ def proof_phase(cfg: SearchConfig, setting: Setting, p, uri: str, parent: str,
             continue
         own = reused(found.get(chosen[config["finalist"]]["trial"]), config, setting, p)
         if own is not None:  # the finalist's own search trial, at full budget, this seed
-            teller.start(trial, {"proof": config})
+            teller.start(trial, {"proof": config}, by_config=False)
             for report in own:
                 teller.result(trial, {**report, "phase": "proof"})
             teller.complete(trial)

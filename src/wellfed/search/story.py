@@ -131,13 +131,15 @@ class Story:
             self.client.set_tag(found[0].info.run_id, TRIAL_TAG, trial)
         return found
 
-    def start(self, trial: str, config: dict) -> None:
+    def start(self, trial: str, config: dict, by_config: bool = True) -> None:
+        """A trial begins (Tune's hook). `by_config` False: a trial is known by its id alone
+        (a fused search numbers its trials itself: a recipe TPE proposes twice is two)."""
         self.started[trial] = time.time()
         self.configs[trial] = config
         known = trial
         if (self.folder / "finished" / f"{trial}.json").is_file():
             self.replayed.add(trial)  # finished before a kill: Tune gets its reports back
-        elif (known := self.recorded(config) or trial) != trial:
+        elif by_config and (known := self.recorded(config) or trial) != trial:
             self.replayed.add(trial)  # the same, under the id of a phase started afresh
         self.runs[trial] = self.child(known, config)
         self.logged[trial] = self.logged.pop(known, 0)
