@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -151,6 +152,36 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "/tests/e2e/" in str(item.fspath).replace("\\", "/"):
             item.add_marker(pytest.mark.e2e)
+
+
+TIERS = {"not slow and not e2e": "fast", "slow or e2e": "e2e and real data"}
+"""The tiers `make test` runs, by their marker expression (pyproject's addopts, the Makefile)."""
+
+
+@pytest.hookimpl(trylast=True)  # after the 15 slowest: the run's last line but pytest's own
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """One line per run that `make test` prints for each tier and gathers at the end:
+    `tier fast: 633 passed, 24 skipped in 2 min 41 s (2 workers, exit 0)`, timed from the
+    start of the pytest process (imports and collection included, as a user waits). Appended
+    also to the file $WELLFED_TIERS names, where set (the Makefile's summary)."""
+    import psutil
+
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller says it
+        return
+    expr = config.getoption("markexpr", "")
+    tier = TIERS.get(expr, f"-m '{expr}'" if expr else "selected")
+    counts = ", ".join(f"{len(terminalreporter.stats[key])} {key}" for key in
+                       ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
+                       if terminalreporter.stats.get(key))
+    minutes, seconds = divmod(round(time.time() - psutil.Process().create_time()), 60)
+    workers = len(getattr(config.option, "tx", None) or []) or 1
+    line = (f"tier {tier}: {counts or 'no tests'} in {minutes} min {seconds} s "
+            f"({workers} worker{'s' if workers > 1 else ''}, exit {int(exitstatus)})")
+    terminalreporter.write_line(line, bold=True)
+    if os.environ.get("WELLFED_TIERS"):
+        Path(os.environ["WELLFED_TIERS"]).parent.mkdir(parents=True, exist_ok=True)
+        with open(os.environ["WELLFED_TIERS"], "a", encoding="utf-8") as out:
+            out.write(line + "\n")
 
 
 @contextlib.contextmanager
