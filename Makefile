@@ -42,7 +42,9 @@ test: install           ## every tier: unit, e2e pipelines, real data (CI)
 	@rm -f $(WELLFED_TIERS)
 	@# the fast tier as a newcomer runs it, plain `pytest` (no `python -m`: the cwd is not on sys.path)
 	pytest
-	python -m pytest tests -n0 -s -m "slow or e2e"
+	@# a module to a worker (its project built once), the longest first (tests/conftest.py's
+	@# groups and order); -rA: what the real-data runs print, which -s cannot show from a worker
+	python -m pytest tests -m "slow or e2e" --dist loadgroup --no-loadscope-reorder -rA
 	@cat $(WELLFED_TIERS)
 
 test-fast: install      ## the fast tier: unit tests only (the same as a plain `pytest`)

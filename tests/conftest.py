@@ -145,13 +145,39 @@ def token_file(tmp_path_factory):
     return path
 
 
+E2E_GROUPS = {"test_team": "team_store", "test_team_checks": "team_store"}
+"""e2e modules that share a session fixture (tests/e2e/conftest.py: one team store, one
+tokenized project) run on one worker, so it is made once."""
+E2E_EACH_ALONE = {"test_tasks_real"}
+"""e2e modules whose tests share no fixture worth making once: each test is its own unit of
+work (three real-data runs of a few minutes, spread over the workers)."""
+E2E_LONGEST = ("test_team", "test_team_checks", "test_sst2", "test_tasks_real", "test_sweep")
+"""The e2e modules that take longest (docs/development.md), started first so that the last
+minutes of the tier do not leave a worker idle beside one long run (make test: the workers
+take groups in this order, --no-loadscope-reorder)."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups and -m deselects by marker
 def pytest_collection_modifyitems(config, items):
     """Every test under tests/e2e is in the e2e tier (`make test`; plain `pytest` skips it),
     marked here so that a new e2e module cannot land in the fast tier by forgetting its marker.
-    Here, not in a tests/e2e/conftest.py: the suite keeps one conftest (test_scripts.py)."""
+    Here, not in a tests/e2e/conftest.py: the suite keeps one conftest (test_scripts.py).
+
+    Each is also put in an xdist group: its module, so that `make test`'s e2e tier
+    (`-n auto --dist loadgroup`) builds a module's project once, on one worker, while other
+    modules run beside it; E2E_GROUPS and E2E_EACH_ALONE say where that differs."""
+    grouped = config.pluginmanager.hasplugin("xdist")  # else its marker is unknown (-p no:xdist)
     for item in items:
         if "/tests/e2e/" in str(item.fspath).replace("\\", "/"):
             item.add_marker(pytest.mark.e2e)
+            if not grouped:
+                continue
+            module = Path(str(item.fspath)).stem
+            group = (f"{module}.{item.name}" if module in E2E_EACH_ALONE else
+                     E2E_GROUPS.get(module, module))
+            item.add_marker(pytest.mark.xdist_group(group))
+    first = {name: rank for rank, name in enumerate(E2E_LONGEST)}
+    items.sort(key=lambda item: first.get(Path(str(item.fspath)).stem, len(first)))  # stable
 
 
 TIERS = {"not slow and not e2e": "fast", "slow or e2e": "e2e and real data"}
