@@ -32,8 +32,9 @@ def run_tier(folder, expr: str, fail: bool):
     (folder / "test_five.py").write_text(TESTS.format(fail=not fail))
     (folder / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: slow\n    e2e: e2e\n")
     env = {**os.environ, "WELLFED_TIERS": str(folder / "out" / "tiers.txt"),
-           "PYTHONPATH": os.pathsep.join([str(PROJECT), str(PROJECT / "src")])}
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n0",
+           "PYTHONPATH": os.pathsep.join([str(PROJECT), str(PROJECT / "src")]),
+           "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}  # no xdist, hydra, ...: a second, not ten
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
                            "-m", expr, str(folder)], cwd=folder, env=env, capture_output=True,
                           text=True, timeout=300)
 
