@@ -180,6 +180,17 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: first.get(Path(str(item.fspath)).stem, len(first)))  # stable
 
 
+def pytest_configure(config):
+    """An xdist worker's own torch runs on one thread: with a worker per core, a second
+    intra-op thread per worker only competes with the other worker for the same cores (the
+    tiny models here gain nothing from it; tests/train/test_graphs.py found one spinning thread
+    slowed them). The stages and Ray workers a test starts choose their own threads."""
+    if hasattr(config, "workerinput"):
+        import torch
+
+        torch.set_num_threads(1)
+
+
 TIERS = {"not slow and not e2e": "fast", "slow or e2e": "e2e and real data"}
 """The tiers `make test` runs, by their marker expression (pyproject's addopts, the Makefile)."""
 
