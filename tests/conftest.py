@@ -145,9 +145,11 @@ def token_file(tmp_path_factory):
     return path
 
 
-E2E_GROUPS = {"test_team": "team_store", "test_team_checks": "team_store"}
+E2E_GROUPS = {"test_team": "team_store", "test_team_checks": "team_store",
+              "test_team_access": "team_store"}
 """e2e modules that share a session fixture (tests/e2e/conftest.py: one team store, one
-tokenized project) run on one worker, so it is made once."""
+tokenized project) run on one worker, so it is made once (test_team_access.py is main's, to
+come with the merge)."""
 E2E_EACH_ALONE = {"test_tasks_real"}
 """e2e modules whose tests share no fixture worth making once: each test is its own unit of
 work (three real-data runs of a few minutes, spread over the workers)."""
