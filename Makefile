@@ -35,10 +35,17 @@ run: install            ## prepare -> tokenize -> train -> evaluate on the offli
 	dvc repro
 	@echo "done: data/eval/metrics.json, data/train/speed/diagnosis.md, models:/wellfed-classifier@champion; compare runs with 'dvc exp show --only-changed' or 'make ui'"
 
+# Each tier prints its 15 slowest tests and a line of its count and time (pyproject's addopts,
+# tests/conftest.py); the lines are gathered in WELLFED_TIERS and said again at the end.
+test: export WELLFED_TIERS := $(CURDIR)/.pytest_cache/wellfed-tiers.txt
 test: install           ## every tier: unit, e2e pipelines, real data (CI)
+	@rm -f $(WELLFED_TIERS)
 	@# the fast tier as a newcomer runs it, plain `pytest` (no `python -m`: the cwd is not on sys.path)
 	pytest
-	python -m pytest tests -s --durations=15 -m "slow or e2e"
+	@# a module to a worker (its project built once), the longest first (tests/conftest.py's
+	@# groups and order); -rA: what the real-data runs print, which -s cannot show from a worker
+	python -m pytest tests -m "slow or e2e" --dist loadgroup --no-loadscope-reorder -rA
+	@cat $(WELLFED_TIERS)
 
 test-fast: install      ## the fast tier: unit tests only (the same as a plain `pytest`)
 	python -m pytest tests

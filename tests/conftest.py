@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -144,13 +145,82 @@ def token_file(tmp_path_factory):
     return path
 
 
+E2E_GROUPS = {"test_team": "team_store", "test_team_checks": "team_store",
+              "test_team_access": "team_store"}
+"""e2e modules that share a session fixture (tests/e2e/conftest.py: one team store, one
+tokenized project) run on one worker, so it is made once (test_team_access.py is main's, to
+come with the merge)."""
+E2E_EACH_ALONE = {"test_tasks_real"}
+"""e2e modules whose tests share no fixture worth making once: each test is its own unit of
+work (three real-data runs of a few minutes, spread over the workers)."""
+E2E_LONGEST = ("test_team", "test_team_checks", "test_sst2", "test_tasks_real", "test_sweep")
+"""The e2e modules that take longest (docs/development.md), started first so that the last
+minutes of the tier do not leave a worker idle beside one long run (make test: the workers
+take groups in this order, --no-loadscope-reorder)."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups and -m deselects by marker
 def pytest_collection_modifyitems(config, items):
     """Every test under tests/e2e is in the e2e tier (`make test`; plain `pytest` skips it),
     marked here so that a new e2e module cannot land in the fast tier by forgetting its marker.
-    Here, not in a tests/e2e/conftest.py: the suite keeps one conftest (test_scripts.py)."""
+    Here, not in a tests/e2e/conftest.py: the suite keeps one conftest (test_scripts.py).
+
+    Each is also put in an xdist group: its module, so that `make test`'s e2e tier
+    (`-n auto --dist loadgroup`) builds a module's project once, on one worker, while other
+    modules run beside it; E2E_GROUPS and E2E_EACH_ALONE say where that differs."""
+    grouped = config.pluginmanager.hasplugin("xdist")  # else its marker is unknown (-p no:xdist)
     for item in items:
         if "/tests/e2e/" in str(item.fspath).replace("\\", "/"):
             item.add_marker(pytest.mark.e2e)
+            if not grouped:
+                continue
+            module = Path(str(item.fspath)).stem
+            group = (f"{module}.{item.name}" if module in E2E_EACH_ALONE else
+                     E2E_GROUPS.get(module, module))
+            item.add_marker(pytest.mark.xdist_group(group))
+    first = {name: rank for rank, name in enumerate(E2E_LONGEST)}
+    items.sort(key=lambda item: first.get(Path(str(item.fspath)).stem, len(first)))  # stable
+
+
+def pytest_configure(config):
+    """An xdist worker's own torch runs on one thread: with a worker per core, a second
+    intra-op thread per worker only competes with the other worker for the same cores (the
+    tiny models here gain nothing from it; tests/train/test_graphs.py found one spinning thread
+    slowed them). The stages and Ray workers a test starts choose their own threads."""
+    if hasattr(config, "workerinput"):
+        import torch
+
+        torch.set_num_threads(1)
+
+
+TIERS = {"not slow and not e2e": "fast", "slow or e2e": "e2e and real data"}
+"""The tiers `make test` runs, by their marker expression (pyproject's addopts, the Makefile)."""
+
+
+@pytest.hookimpl(trylast=True)  # after the 15 slowest: the run's last line but pytest's own
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """One line per run that `make test` prints for each tier and gathers at the end:
+    `tier fast: 633 passed, 24 skipped in 2 min 41 s (2 workers, exit 0)`, timed from the
+    start of the pytest process (imports and collection included, as a user waits). Appended
+    also to the file $WELLFED_TIERS names, where set (the Makefile's summary)."""
+    import psutil
+
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller says it
+        return
+    expr = config.getoption("markexpr", "")
+    tier = TIERS.get(expr, f"-m '{expr}'" if expr else "selected")
+    counts = ", ".join(f"{len(terminalreporter.stats[key])} {key}" for key in
+                       ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
+                       if terminalreporter.stats.get(key))
+    minutes, seconds = divmod(round(time.time() - psutil.Process().create_time()), 60)
+    workers = len(getattr(config.option, "tx", None) or []) or 1
+    line = (f"tier {tier}: {counts or 'no tests'} in {minutes} min {seconds} s "
+            f"({workers} worker{'s' if workers > 1 else ''}, exit {int(exitstatus)})")
+    terminalreporter.write_line(line, bold=True)
+    if os.environ.get("WELLFED_TIERS"):
+        Path(os.environ["WELLFED_TIERS"]).parent.mkdir(parents=True, exist_ok=True)
+        with open(os.environ["WELLFED_TIERS"], "a", encoding="utf-8") as out:
+            out.write(line + "\n")
 
 
 @contextlib.contextmanager
