@@ -66,9 +66,10 @@ def plan(search_cfg: SearchConfig, train_cfg: TrainConfig, model_cfg: ModelConfi
 
 def run(search_cfg: SearchConfig, train_cfg: TrainConfig, model_cfg: ModelConfig,
         data_cfg: DataConfig, ray_cfg: RayConfig, mlflow_cfg: MlflowConfig, tokens: Path,
-        meta: dict, root: Path, project: Path, run_exp: bool = True) -> dict:
+        meta: dict, root: Path, project: Path, run_exp: bool = True, options: str = "") -> dict:
     """Run (or resume) the search; return its result (`stopped`: the exit code when a signal
-    stopped it)."""
+    stopped it). `options`: the command line's sizes (`--trials 4`), recorded on the parent run
+    as `search.options`."""
     import mlflow
 
     from wellfed.cluster import connect, local_token_auth
@@ -80,7 +81,8 @@ def run(search_cfg: SearchConfig, train_cfg: TrainConfig, model_cfg: ModelConfig
     uri = tracking_uri(mlflow_cfg.tracking_uri, project)
     parent = story.parent_run(uri, mlflow_cfg.experiment, p.search_id,
                               {**flatten({"search": search_cfg}), "search.metric": p.metric,
-                               "search.budget_steps": p.full})
+                               "search.budget_steps": p.full,
+                               "search.options": options or "none (params.yaml's search section)"})
     write_json(p.folder / "search.json", {"search_id": p.search_id, "mlflow_parent": parent,
                                           "tracking_uri": uri, "metric": p.metric,
                                           "full_steps": p.full, "rungs": list(p.rungs)})
