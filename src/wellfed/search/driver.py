@@ -13,7 +13,7 @@ from pathlib import Path
 from wellfed.config import (DataConfig, MlflowConfig, ModelConfig, RayConfig, SearchConfig,
                             TrainConfig, flatten)
 from wellfed.outputs import write_json
-from wellfed.search import proof, report, space, story, tuning
+from wellfed.search import console, proof, report, space, story, tuning
 from wellfed.search.rungs import Rungs, milestones, validation_steps
 from wellfed.search.trial import Setting
 
@@ -86,11 +86,6 @@ def run(search_cfg: SearchConfig, train_cfg: TrainConfig, model_cfg: ModelConfig
     write_json(p.folder / "search.json", {"search_id": p.search_id, "mlflow_parent": parent,
                                           "tracking_uri": uri, "metric": p.metric,
                                           "full_steps": p.full, "rungs": list(p.rungs)})
-    print(f"[wellfed] search {p.search_id}: {search_cfg.trials} trials over "
-          f"{', '.join(d.text() + ' (' + d.key + ')' for d in search_cfg.dimensions())}; "
-          f"{p.metric} ranks them; budget {search_cfg.min_steps}-{p.full} steps, rungs at "
-          f"{', '.join(map(str, p.rungs[:-1]))}; folder {p.folder}; MLflow parent run {parent}",
-          flush=True)
     tuning.environment()
     local_token_auth(ray_cfg)
     with preemption.daemons_apart(local=not (ray_cfg.address or _env_address())):
@@ -100,6 +95,7 @@ def run(search_cfg: SearchConfig, train_cfg: TrainConfig, model_cfg: ModelConfig
     client = mlflow.MlflowClient(uri)
     try:
         setting, need = placed(p, train_cfg, model_cfg, data_cfg, ray_cfg, tokens, meta)
+        _say_start(search_cfg, p, parent, need, options)
         found = _search_phase(search_cfg, setting, p, need, uri, parent)
         if found.interrupted:
             return _stopped(client, parent, found.interrupted, p)
@@ -141,6 +137,22 @@ def run(search_cfg: SearchConfig, train_cfg: TrainConfig, model_cfg: ModelConfig
     return result
 
 
+def _say_start(cfg: SearchConfig, p: Plan, parent: str, need: dict, options: str) -> None:
+    """The start line (what, how many at once, where), and a resume's count of what is kept."""
+    at, why = console.at_once(cfg.concurrent, need, cfg.trials)
+    log = console.ray_tune_to_log(p.folder)
+    print(f"[wellfed] search {p.search_id}: {cfg.trials} trials, {at} at once ({why})"
+          + (f", sized by {options}" if options else "") + " over "
+          f"{', '.join(d.text() + ' (' + d.key + ')' for d in cfg.dimensions())}; "
+          f"{p.metric} ranks them; budget {cfg.min_steps}-{p.full} steps, rungs at "
+          f"{', '.join(map(str, p.rungs[:-1]))}; folder {p.folder} (Ray Tune's warnings: "
+          f"{log.name}, each trial's output: {console.TRIAL_LOGS}/); MLflow parent run {parent}",
+          flush=True)
+    said = console.resumed(p.folder, cfg.trials, cfg.finalists * len(cfg.seeds))
+    if said:
+        print(f"[wellfed] {said}", flush=True)
+
+
 def placed(p: Plan, train_cfg: TrainConfig, model_cfg: ModelConfig, data_cfg: DataConfig,
            ray_cfg: RayConfig, tokens: Path, meta: dict) -> tuple[Setting, dict]:
     """What every trial shares, and what Ray gives each (after `connect`): ray.cpus_per_worker
@@ -158,7 +170,8 @@ def placed(p: Plan, train_cfg: TrainConfig, model_cfg: ModelConfig, data_cfg: Da
     return Setting(train_cfg, model_cfg, data_cfg, str(tokens.resolve()), _model_source(meta),
                    tuple(meta["labels"]), int(meta["pad_id"]), p.task, p.rows, p.full, p.rungs,
                    ray_cfg.cpus_per_worker, use_gpu, story.finished(p.folder),
-                   *_staged(ray_cfg, tokens)), need
+                   *_staged(ray_cfg, tokens),
+                   log_dir=str((p.folder / console.TRIAL_LOGS).resolve())), need
 
 
 def _env_address() -> str:

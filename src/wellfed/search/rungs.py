@@ -42,9 +42,11 @@ class Rungs:
     rung_of: dict[str, str] = field(default_factory=dict)
     """trial id -> its last rung: "rung 1 of 3 (step 16)"."""
 
-    def observe(self, trial: str, step: int, value: float, metric: str) -> None:
+    def observe(self, trial: str, step: int, value: float, metric: str) -> str | None:
         """A trial's figure at `step`: record it at the highest milestone it reached first, and
-        say what ASHA decided there."""
+        say what ASHA decided there. Returns that decision in one short line for the console
+        (`rung 1 of 3 (step 16): val/macro_f1 0.5123, cutoff 0.4800: promoted`), or None when
+        `step` reached no new milestone."""
         signed = -value if self.lower_is_better else value
         for k, milestone in sorted(enumerate(self.steps), key=lambda m: -m[1]):
             seen = self.recorded.setdefault(milestone, {})
@@ -57,7 +59,10 @@ class Rungs:
             shown = -cutoff if (cutoff is not None and self.lower_is_better) else cutoff
             rung = f"rung {k + 1} of {len(self.steps)} (step {milestone})"
             self.rung_of[trial] = rung
-            if cutoff is not None and signed < cutoff:
+            stopped = cutoff is not None and signed < cutoff
+            figure = f"{rung}: {metric} {value:.4f}, " + (
+                f"cutoff {shown:.4f}" if cutoff is not None else "the first there")
+            if stopped:
                 self.said[trial] = (
                     f"stopped by ASHA at {rung}: {metric} {value:.4f} was "
                     f"{'above' if self.lower_is_better else 'below'} the cutoff {shown:.4f} "
@@ -68,7 +73,8 @@ class Rungs:
                 self.said[trial] = (f"continued at {rung}" + (
                     f": {metric} {value:.4f} against the cutoff {shown:.4f}"
                     if cutoff is not None else ": the first there"))
-            return
+            return figure + (": stopped" if stopped else ": promoted")
+        return None
 
     def state(self) -> dict:
         return {"recorded": {str(k): v for k, v in self.recorded.items()}, "said": self.said,
