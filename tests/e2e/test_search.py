@@ -111,7 +111,10 @@ def test_a_search_stopped_then_killed_resumes_proves_its_winner_and_runs_it(proj
     stopped = [o for o in outcomes if o.startswith("stopped by ASHA at rung")]
     assert stopped and all("the cutoff" in o for o in stopped)
     note = parent.data.tags["mlflow.note.content"]
-    assert "**Best recipe:**" in note and "**Final check:**" in note and "ASHA stopped" in note
+    assert "**Winner:**" in note and "**Final check:**" in note and "ASHA stopped" in note
+    assert "the mean over seeds 1, 2 (final check" in note
+    winner_line = next(line for line in out.splitlines() if ": the winner is " in line)
+    assert "the mean over seeds 1, 2" in winner_line  # the proven figure leads
     assert parent.data.metrics["search/trials"] == len(searched)
     assert parent.data.metrics["search/steps"] < parent.data.metrics["search/grid_steps"]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from wellfed.config import (DataConfig, MlflowConfig, ModelConfig, RayConfig, SearchConfig,
                             TrainConfig, flatten)
 from wellfed.outputs import write_json
-from wellfed.search import console, proof, report, space, story, tuning
+from wellfed.search import console, edges, proof, report, space, story, tuning
 from wellfed.search.rungs import Rungs, milestones, validation_steps
 from wellfed.search.trial import Setting
 
@@ -114,6 +114,7 @@ def run(search_cfg: SearchConfig, train_cfg: TrainConfig, model_cfg: ModelConfig
     gold, row_ids = validation(tokens)
     check = proof.verdict(finals, p.metric, p.lower, p.task, tuple(meta["labels"]), gold,
                           row_ids, {})
+    check["edges"] = edges.at_edges(search_cfg.dimensions(), check["winner"])
     cost = report.compute(reports, search_cfg.trials, p.full)
     result = {"search_id": p.search_id, "metric": p.metric, "best_trial": ranked[0],
               "ranked": ranked, "compute": cost, "final_check": check,
@@ -282,13 +283,15 @@ def _tell(client, uri: str, parent: str, p: Plan, best: dict, cost: dict, check:
     text = report.describe(p.search_id, p.metric, best, cost, check)
     client.set_tag(parent, story.NOTE, text)
     client.log_batch(parent, metrics=_metrics(report.metrics(cost, best, check, p.metric)))
-    print(f"[wellfed] search {p.search_id}: best trial {best['trial']} "
-          f"({space.shown(best['recipe'])}) {p.metric} {best['value']:.4f} at step "
-          f"{best['step']}; ASHA stopped {cost['stopped_early']} of {cost['trials']} trials "
-          f"early: {cost['steps']:,} steps, "
-          + (f"{cost['share_of_grid']:.0%} of the same trials at full budget"
-             if cost["share_of_grid"] is not None else ""), flush=True)
+    print(f"[wellfed] search {p.search_id}: the winner is "
+          f"{report.winner(p.metric, best, check)}", flush=True)
     print(f"[wellfed] final check: {check['text']}", flush=True)
+    for line in check["edges"]:
+        print(f"[wellfed] {line}", flush=True)
+    print(f"[wellfed] search {p.search_id}: ASHA stopped {cost['stopped_early']} of "
+          f"{cost['trials']} trials early: {cost['steps']:,} steps"
+          + (f", {cost['share_of_grid']:.0%} of the same trials at full budget"
+             if cost["share_of_grid"] is not None else ""), flush=True)
     keys = sorted({k for row in [best] for k in row["recipe"]})
     print(f"[wellfed] in the MLflow UI (`make ui`), the search's trials best first: "
           f"{story.saved_view(uri, parent, p.search_id, p.metric, p.lower, keys)}",
