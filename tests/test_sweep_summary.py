@@ -80,7 +80,7 @@ def test_the_parent_run_holds_trials_recipes_best_and_the_verdict(store, tmp_pat
     assert (f"| train.lr=0.0001 train.max_steps=30 | 1 | {figures[leaked]:.4f} ± n/a | "
             f"{figures[leaked]:.4f} |") in note
     assert ("**verdict** B = train.lr=0.0001 train.max_steps=0, A = train.lr=2e-05 "
-            "train.max_steps=0: B - A accuracy +3.0 pt over 3 vs 3 seeds") in note
+            "train.max_steps=0: B - A macro-F1 (the headline) +3.1 pt over 3 vs 3 seeds") in note
     assert note.count("?workflowType=machine_learning) |") == 8  # every trial, linked
     assert f"runs/{running}?workflowType=machine_learning) | train.lr=2e-05 " \
            "train.max_steps=0 | 5 | n/a | RUNNING |" in note
