@@ -19,6 +19,7 @@ from pathlib import Path
 from wellfed.outputs import write_json
 from wellfed.search import space
 from wellfed.search.rungs import Rungs
+from wellfed.track.runs_view import GROUP
 from wellfed.track.tracking import EXPERIMENT_KIND
 
 SEARCH_TAG = "wellfed.search"
@@ -57,7 +58,8 @@ def parent_run(uri: str, experiment: str, search_id: str, params: dict) -> str:
             client.update_run(found[0].info.run_id, status="RUNNING")
             return found[0].info.run_id
         run = client.create_run(exp_id, run_name=f"search {search_id}",
-                                tags={SEARCH_TAG: search_id, PHASE_TAG: "parent"})
+                                tags={SEARCH_TAG: search_id, PHASE_TAG: "parent",
+                                      GROUP: "search"})
         client.log_batch(run.info.run_id, params=_params(params))
         return run.info.run_id
 
@@ -133,7 +135,8 @@ class Story:
         run = self.client.create_run(
             self.experiment, run_name=f"{name}: {space.shown(recipe)}"[:250],
             tags={SEARCH_TAG: self.search_id, TRIAL_TAG: trial, PHASE_TAG: phase,
-                  RECIPE_TAG: space.recipe_id(recipe), "mlflow.parentRunId": self.parent})
+                  RECIPE_TAG: space.recipe_id(recipe), "mlflow.parentRunId": self.parent,
+                  GROUP: "search"})
         params = {**recipe, "search.budget_steps": self.full}
         if seed is not None:
             params["train.seed"] = seed
