@@ -23,6 +23,8 @@ def test_a_stop_is_said_with_its_rung_cutoff_and_count():
     assert rungs.observe("b", 4, 0.6, "val/macro_f1") == \
         "rung 1 of 2 (step 4): val/macro_f1 0.6000, cutoff 0.8000: stopped"
     assert rungs.observe("a", 6, 0.9, "val/macro_f1") is None  # between milestones: no line
+    assert rungs.short == {"a": "went on at step 4: 0.8000, the first there",
+                           "b": "stopped at step 4: 0.6000 < 0.8000"}  # a narrow column's
     assert rungs.said["a"] == "continued at rung 1 of 2 (step 4): the first there"
     assert rungs.said["b"].startswith("stopped by ASHA at rung 1 of 2 (step 4): val/macro_f1 "
                                       "0.6000 was below the cutoff 0.8000")
@@ -30,6 +32,7 @@ def test_a_stop_is_said_with_its_rung_cutoff_and_count():
     lower.observe("a", 4, 0.3, "val/loss")
     lower.observe("b", 4, 0.5, "val/loss")
     assert "val/loss 0.5000 was above the cutoff 0.3000" in lower.said["b"]
+    assert lower.short["b"] == "stopped at step 4: 0.5000 > 0.3000"
 
 
 def scores(config):

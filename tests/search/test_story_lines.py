@@ -45,6 +45,11 @@ def test_a_trial_is_said_when_it_starts_at_each_rung_and_when_it_ends(tmp_path, 
         "trial aaaa1111 completed 16 steps" in lines[3]
     assert lines[6].startswith("[wellfed] search 2/2 (") and \
         "trial bbbb2222 stopped by ASHA at rung 1 of 2 (step 4)" in lines[6]
+    # the search view's first column: each trial's end in a few words
+    stops = {trial: teller.client.get_run(run).data.tags[story.STOP_TAG]
+             for trial, run in teller.runs.items()}
+    assert stops == {"aaaa1111": "completed 16 steps",
+                     "bbbb2222": "stopped at step 4: 0.5000 < 0.6000"}
 
     # the final check: its runs named by finalist and seed, a line at each validation
     check = story.Story(uri, parent, "s-test", "proof", folder, METRIC,

@@ -41,6 +41,9 @@ class Rungs:
     """trial id -> the decision at its last rung ("continued" or the stop, in words)."""
     rung_of: dict[str, str] = field(default_factory=dict)
     """trial id -> its last rung: "rung 1 of 3 (step 16)"."""
+    short: dict[str, str] = field(default_factory=dict)
+    """trial id -> the decision at its last rung in a few words, for a narrow column:
+    "stopped at step 16: 0.5123 < 0.5480" (the figure, then the cutoff)."""
 
     def observe(self, trial: str, step: int, value: float, metric: str) -> str | None:
         """A trial's figure at `step`: record it at the highest milestone it reached first, and
@@ -60,6 +63,11 @@ class Rungs:
             rung = f"rung {k + 1} of {len(self.steps)} (step {milestone})"
             self.rung_of[trial] = rung
             stopped = cutoff is not None and signed < cutoff
+            sign = ("<" if not self.lower_is_better else ">") if stopped else \
+                (">=" if not self.lower_is_better else "<=")
+            self.short[trial] = (f"{'stopped' if stopped else 'went on'} at step {milestone}: "
+                                 + (f"{value:.4f} {sign} {shown:.4f}" if cutoff is not None
+                                    else f"{value:.4f}, the first there"))
             figure = f"{rung}: {metric} {value:.4f}, " + (
                 f"cutoff {shown:.4f}" if cutoff is not None else "the first there")
             if stopped:
@@ -78,9 +86,10 @@ class Rungs:
 
     def state(self) -> dict:
         return {"recorded": {str(k): v for k, v in self.recorded.items()}, "said": self.said,
-                "rung_of": self.rung_of}
+                "rung_of": self.rung_of, "short": self.short}
 
     def restore(self, state: dict) -> None:
         self.recorded = {int(k): dict(v) for k, v in state.get("recorded", {}).items()}
         self.said = dict(state.get("said", {}))
         self.rung_of = dict(state.get("rung_of", {}))
+        self.short = dict(state.get("short", {}))

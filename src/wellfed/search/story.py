@@ -27,6 +27,10 @@ SEARCH_TAG = "wellfed.search"
 TRIAL_TAG = "wellfed.search.trial"
 PHASE_TAG = "wellfed.search.phase"
 OUTCOME_TAG = "wellfed.search.outcome"
+STOP_TAG = "wellfed.search.stop"
+"""A trial's end in a few words, the search view's first column: `completed 188 steps`, or
+`stopped at step 16: 0.5123 < 0.5480` (its figure, then ASHA's cutoff); the outcome tag says
+it in full."""
 RECIPE_TAG = "wellfed.search.recipe"
 NOTE = "mlflow.note.content"
 
@@ -204,7 +208,10 @@ class Story:
                         "reports": reports, "wall_s": round(self.walls[trial], 3)})
         outcome = self.outcome(trial)
         last = reports[-1] if reports else {}
-        tags = {OUTCOME_TAG: outcome, NOTE: f"{self.label} "
+        step = int(last.get("step", 0))
+        stop = (f"completed {step} steps" if step >= self.full else
+                self.rungs.short.get(trial, f"stopped at step {step}"))
+        tags = {OUTCOME_TAG: outcome, STOP_TAG: stop, NOTE: f"{self.label} "
                 f"{named(trial, self.configs.get(trial, {}))}: {outcome}; "
                 f"{self.metric} {last.get(self.metric, float('nan')):.4f} at step "
                 f"{last.get('step', 0)}"}
@@ -263,7 +270,7 @@ def saved_view(uri: str, parent: str, search_id: str, metric: str, lower: bool,
     experiment = mlflow.MlflowClient(uri).get_run(parent).info.experiment_id
     view = runs_view.View(f"wellfed-{search_id}", f"search {search_id} (wellfed)", metric,
                           higher_is_better=not lower, metrics=("train/loss",),
-                          params=tuple(keys), tags=(OUTCOME_TAG, PHASE_TAG),
+                          params=tuple(keys), tags=(STOP_TAG, PHASE_TAG, OUTCOME_TAG),
                           filter=f"tags.`{SEARCH_TAG}` = '{search_id}'", models=False)
     runs_view.save(uri, experiment, view)
     return runs_view.address(uri, experiment, view)
