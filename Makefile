@@ -57,9 +57,10 @@ ui: install             ## MLflow UI over the project's store, on loopback only
 TEAM_STORE_DIR  ?= .team-store
 TEAM_STORE_HOST ?= 127.0.0.1
 TEAM_STORE_PORT ?= 5000
-team-store: install     ## MLflow server on PostgreSQL, artifacts proxied: a store for a team and a cluster
-	@# TEAM_STORE_HOST=0.0.0.0 for other machines; PG_URI=postgresql+psycopg://... for an existing database
-	python scripts/team_store.py --dir $(TEAM_STORE_DIR) --host $(TEAM_STORE_HOST) --port $(TEAM_STORE_PORT) $(if $(PG_URI),--pg-uri $(PG_URI))
+team-store: install     ## MLflow server on PostgreSQL, artifacts proxied, logins asked: a store for a team and a cluster
+	@# TEAM_STORE_HOST=0.0.0.0 for other machines; PG_URI=postgresql+psycopg://USER@HOST:PORT/DB for an
+	@# existing database (its password in a pgpass file, never in the URI); TEAM_STORE_NO_AUTH=1: no logins
+	python scripts/team_store.py --dir $(TEAM_STORE_DIR) --host $(TEAM_STORE_HOST) --port $(TEAM_STORE_PORT) $(if $(PG_URI),--pg-uri $(PG_URI)) $(if $(filter 1,$(TEAM_STORE_NO_AUTH)),--no-auth-i-know)
 
 bench: install          ## side-by-side benchmarks -> benchmarks/results/*.json
 	python benchmarks/run_all.py

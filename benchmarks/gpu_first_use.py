@@ -65,8 +65,8 @@ def probe(rows: int, profile: bool) -> dict:
     q = torch.randn(32, 12, 64, 64, device=device, dtype=dtype)
     mark("first attention (SDPA)", lambda: (
         torch.nn.functional.scaled_dot_product_attention(q, q, q), sync()))
-    mark("import transformers, wellfed.train.loop",
-         lambda: (__import__("transformers").AutoTokenizer, __import__("wellfed.train.loop")))
+    mark("import transformers, wellfed.train.step.loop",
+         lambda: (__import__("transformers").AutoTokenizer, __import__("wellfed.train.step.loop")))
     job = mark("data + job", lambda: make_job(rows, Path(tempfile.mkdtemp())))
     runs = [train_once(job, device, profile and n == 0) for n in range(2)]
     return {"marks_s": marks, "runs": runs, "first_minus_second_s": round(
@@ -88,7 +88,7 @@ def make_job(rows: int, tmp: Path):
 
     from wellfed.config import DataConfig, ModelConfig, TrainConfig
     from wellfed.data.token_files import TokenBatch, write_token_file
-    from wellfed.train.loop import TrainJob
+    from wellfed.train.step.loop import TrainJob
 
     texts, labels = harness.read_sst2("train")
     rows = 64 if SMOKE else rows
@@ -111,7 +111,7 @@ def train_once(job, device, profile: bool) -> dict:
     """One `train()` of `job`: wall, the loop's parts, ms/step per report interval."""
     import torch
 
-    from wellfed.train.loop import Place, train
+    from wellfed.train.step.loop import Place, train
 
     stamps, timing = [], {}
 

@@ -45,10 +45,10 @@ def main(spec: dict) -> dict:
     from wellfed.model import flops_per_token, load_model
     from wellfed.telemetry.meter import StepMeter
     from wellfed.telemetry.peak import Peak, table_peak
-    from wellfed.train import fusion
-    from wellfed.train.feeding import feed
-    from wellfed.train.setup import setup
-    from wellfed.train.step import train_step
+    from wellfed.train.step import fusion
+    from wellfed.train.step.feeding import feed
+    from wellfed.train.step.setup import setup
+    from wellfed.train.step.step import train_step
 
     fresh = {"imported_s": since()}
     cuda = torch.cuda.is_available() and not spec["smoke"]

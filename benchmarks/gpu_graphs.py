@@ -76,9 +76,9 @@ def wellfed_run(data, arrow: Path, pad_id: int, model_fn, *, batch: int, micro_t
     from wellfed.data.batching import collate
     from wellfed.telemetry.meter import StepMeter
     from wellfed.telemetry.peak import Peak
-    from wellfed.train.feeding import feed
-    from wellfed.train.setup import setup
-    from wellfed.train.step import train_step
+    from wellfed.train.step.feeding import feed
+    from wellfed.train.step.setup import setup
+    from wellfed.train.step.step import train_step
 
     dev_ = device()
     cfg = TrainConfig(epochs=epochs, max_steps=max_steps, lr=lr, weight_decay=tt.WEIGHT_DECAY,
@@ -308,9 +308,9 @@ def steady_steps(data, arrow, ctx, model_fn, batch: int, graphed: bool, probe: b
     from wellfed.data.batching import collate
     from wellfed.telemetry.meter import StepMeter
     from wellfed.telemetry.peak import Peak
-    from wellfed.train.feeding import feed
-    from wellfed.train.setup import setup
-    from wellfed.train.step import train_step
+    from wellfed.train.step.feeding import feed
+    from wellfed.train.step.setup import setup
+    from wellfed.train.step.step import train_step
 
     dev_ = device()
     cuda = dev_.type == "cuda"

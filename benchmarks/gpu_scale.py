@@ -15,7 +15,7 @@ five cases ran on an H200 on 2026-11-28 (docs/gpu.md), shared_minilm and compile
   shared_minilm  MiniLM-L6, batch 32, 20,000 rows: one process alone, then four at once (what
                  Ray places at ray.gpus_per_worker 0.25, without Ray), each timed over the same
                  10 s (target: total >= 2.5x alone)
-  compiled_b256  graphs_b256 with the forward compiled per planned shape (train/fusion.py,
+  compiled_b256  graphs_b256 with the forward compiled per planned shape (train/step/fusion.py,
                  inductor max-autotune-no-cudagraphs), a cold cache then the same cache in a new
                  process (targets: warm >= 300,000; compile cost <= 60 s cold, <= 10 s warm)
   compiled_b32   the same at batch 32, if the deadline leaves room

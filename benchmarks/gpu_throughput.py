@@ -141,9 +141,9 @@ def profile_steps(data, path: Path, pad_id: int, steps: int = 5) -> dict:
     from wellfed.data.batching import iterate_steps
     from wellfed.telemetry.meter import StepMeter
     from wellfed.telemetry.peak import Peak
-    from wellfed.train.feeding import micro_batches
-    from wellfed.train.setup import setup
-    from wellfed.train.step import train_step
+    from wellfed.train.step.feeding import micro_batches
+    from wellfed.train.step.setup import setup
+    from wellfed.train.step.step import train_step
 
     device = torch.device("cuda")
     cfg = TrainConfig(lr=1e-4, precision="bf16", global_batch_size=32, micro_batch_size=32, seed=SEED)
@@ -276,9 +276,9 @@ def run_knobs(data, arrow: Path, pad_id: int, *, batch: int, tokens: int | str =
     from wellfed.data.batching import collate
     from wellfed.telemetry.meter import StepMeter
     from wellfed.telemetry.peak import Peak
-    from wellfed.train.feeding import feed
-    from wellfed.train.setup import setup
-    from wellfed.train.step import train_step
+    from wellfed.train.step.feeding import feed
+    from wellfed.train.step.setup import setup
+    from wellfed.train.step.step import train_step
 
     device = torch.device("cuda")
     cfg = TrainConfig(epochs=1, lr=LR_FOR_BATCH[batch], weight_decay=tt.WEIGHT_DECAY,

@@ -18,6 +18,10 @@ Figures: search-phase wall (from process start to the chosen recipe) and steps a
 grid's and the Trainer's; the per-trial overhead (a trial's wall, start to end as the driver
 sees it, minus its steps and validations); each chosen recipe's 3 seeds against the search's
 winner's 3 seeds (wellfed-compare's two-way bootstrap over seeds and rows, validation split).
+  asha     (WELLFED_BENCH_SIDES=search,trainer,asha) the same search one trial at a time with
+           ASHA (search.fuse false); `search` itself runs with search.fuse auto (fused where the
+           space and the device allow: the line the search printed is kept).
+WELLFED_BENCH_SIDES picks and orders the sides (default search,grid,trainer).
 Targets (issue 34): search steps <= 35% of the grid's, wall <= 40%; the Trainer >= 1.5x the
 search's wall; median overhead <= 2 s; no chosen recipe better than the search's; equal
 learning.
@@ -106,10 +110,22 @@ def at(lines, prefix: str) -> float | None:
     return next((t for t, text in lines if text.startswith(prefix)), None)
 
 
-def search_side(project: Path) -> dict:
+def with_fuse(project: Path, fuse: str) -> None:
+    """search.fuse for the next search side (committed: the winner's `dvc exp run` starts from
+    the project's HEAD)."""
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    if params["search"].get("fuse") != fuse:
+        params["search"]["fuse"] = fuse
+        (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+        pipeline.git(project, "commit", "-qam", f"search.fuse {fuse}")
+
+
+def search_side(project: Path, fuse: str = "auto") -> dict:
+    with_fuse(project, fuse)
     wall, lines = stamped(["wellfed-search"], project)
-    result = json.loads(next(project.glob("data/search/*/result.json")).read_text())
-    folder = next(project.glob("data/search/s-*"))
+    newest = max(project.glob("data/search/*/result.json"), key=lambda p: p.stat().st_mtime)
+    result = json.loads(newest.read_text())
+    folder = newest.parent
     entries = [json.loads(p.read_text()) for p in sorted((folder / "finished").glob("*.json"))]
     overhead = []
     for e in entries:
@@ -125,7 +141,9 @@ def search_side(project: Path) -> dict:
         "stopped_early": result["compute"]["stopped_early"],
         "best_trial": result["best_trial"], "final_check": {k: v for k, v in
                                                             result["final_check"].items()},
-        "winner": winner, "winner_exp": result.get("winner_exp"),
+        "winner": winner, "winner_exp": result.get("winner_exp"), "fuse": fuse,
+        "fused_line": next((text for _, text in lines if text.startswith(
+            ("[wellfed] fused trials: ", "[wellfed] trials one at a time"))), None),
         "equal_learning": result.get("equal_learning"),
         "overhead_s": {"median": round(statistics.median(overhead), 2),
                        "max": round(max(overhead), 2), "min": round(min(overhead), 2),
@@ -185,24 +203,38 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="wellfed-bench-search-") as tmp:
         project = project_at(Path(tmp) / "project")
         sides = {}
-        for name, side in (("search", search_side), ("grid", grid_side),
-                           ("trainer", trainer_side)):
+        chosen = os.environ.get("WELLFED_BENCH_SIDES", "search,grid,trainer").split(",")
+        every = {"search": search_side, "asha": lambda p: search_side(p, "false"),
+                 "grid": grid_side, "trainer": trainer_side}
+        for name, side in ((n, every[n]) for n in chosen):
             print(f"[bench] {name} ...", flush=True)
             sides[name] = {"loadavg_at_start": os.getloadavg(), **side(project)}
             print(f"[bench] {name}: {json.dumps({k: v for k, v in sides[name].items() if 'wall' in k})}",
                   flush=True)
-        s, g, t = sides["search"], sides["grid"], sides["trainer"]
+        s, g, t = sides["search"], sides.get("grid"), sides.get("trainer")
         ours = s["retrained"]
-        figures = {
-            "search_steps_share_of_grid": round(s["steps"] / g["grid_steps"], 3),
-            "search_wall_share_of_grid": round(s["search_phase_wall_s"] / g["grid_wall_s"], 3),
-            "trainer_wall_over_search_wall": round(t["wall_s"] / s["search_phase_wall_s"], 2),
-            "median_overhead_s": s["overhead_s"]["median"],
-            "vs_grid_best": compare(project, g["retrained"], ours),
-            "vs_trainer_best": compare(project, t["retrain"]["retrained"], ours),
-            "equal_learning": s.get("equal_learning")}
+        figures = {"median_overhead_s": s["overhead_s"]["median"],
+                   "equal_learning": s.get("equal_learning")}
+        if g:
+            figures.update(
+                search_steps_share_of_grid=round(s["steps"] / g["grid_steps"], 3),
+                search_wall_share_of_grid=round(s["search_phase_wall_s"] / g["grid_wall_s"], 3),
+                vs_grid_best=compare(project, g["retrained"], ours))
+        if t:
+            figures.update(
+                trainer_wall_over_search_wall=round(t["wall_s"] / s["search_phase_wall_s"], 2),
+                whole_command_over_trainer_search=round(s["wall_s"] / t["wall_s"], 2),
+                vs_trainer_best=compare(project, t["retrain"]["retrained"], ours))
+        if "asha" in sides:
+            a = sides["asha"]
+            figures.update(
+                asha_search_phase_over_fused=round(a["search_phase_wall_s"]
+                                                   / s["search_phase_wall_s"], 2),
+                asha_whole_over_fused=round(a["wall_s"] / s["wall_s"], 2),
+                vs_asha_best=compare(project, a["retrained"], ours))
     targets = {"search_steps_share_of_grid": "<= 0.35", "search_wall_share_of_grid": "<= 0.40",
                "trainer_wall_over_search_wall": ">= 1.5", "median_overhead_s": "<= 2.0",
+               "whole_command_over_trainer_search": "<= 1.3 (issue 40)",
                "chosen recipes": "the search's winner not worse (CI upper bound >= 0)",
                "equal_learning": "the same val/loss to 1e-4"}
     for side in sides.values():

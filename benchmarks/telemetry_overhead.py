@@ -51,9 +51,9 @@ def main() -> None:
     from wellfed.telemetry.gpu import DeviceSampler
     from wellfed.telemetry.meter import StepMeter
     from wellfed.telemetry.peak import device_peak
-    from wellfed.train.feeding import micro_batches
-    from wellfed.train.setup import setup
-    from wellfed.train.step import train_step
+    from wellfed.train.step.feeding import micro_batches
+    from wellfed.train.step.setup import setup
+    from wellfed.train.step.step import train_step
 
     harness.require_sst2(NAME)
     torch.set_num_threads(harness.THREADS)

@@ -1,12 +1,12 @@
 """Where sqlite stops being enough: N trials reporting at once into the project's sqlite store
 and into the team store (an MLflow server on PostgreSQL, scripts/team_store.py).
 
-Each reporter is what a trial's driver runs: `MlflowCallback.after_report` (train/callback.py)
-fed a worker's report as the loop builds it (`WorkerReport.as_dict`: 10 steps of loss, lr,
-grad norm and epoch, the interval figures: 54 metric values, one MLflow batch), one report every
-`PACE_S` seconds, `REPORTS` times, then the driver's end-of-training flush of anything held back.
-N = 4, 16, 64 reporters run as up to `PROCESSES` processes of N / PROCESSES threads each (64
-processes importing MLflow would measure the imports on 2 cores, not the store).
+Each reporter is what a trial's driver runs: `MlflowCallback.after_report`
+(train/outputs/callback.py) fed a worker's report as the loop builds it (`WorkerReport.as_dict`: 10
+steps of loss, lr, grad norm and epoch, the interval figures: 54 metric values, one MLflow batch),
+one report every `PACE_S` seconds, `REPORTS` times, then the driver's end-of-training flush of
+anything held back. N = 4, 16, 64 reporters run as up to `PROCESSES` processes of N / PROCESSES
+threads each (64 processes importing MLflow would measure the imports on 2 cores, not the store).
 
 Per backend and N: the latency of a report (p50, p99: `after_report`'s own time, the write
 included), the reports that failed at first (held back in the backlog, retried at the next
@@ -49,7 +49,7 @@ KEYS_PER_STEP = 4  # train/loss, train/lr, train/grad_norm, train/epoch
 
 def report(rank_step: int, steps_total: int) -> dict:
     """A worker's report as the loop builds it, for the steps up to `rank_step`."""
-    from wellfed.train.worker_report import WorkerFacts, WorkerReport
+    from wellfed.train.step.worker_report import WorkerFacts, WorkerReport
 
     facts = WorkerFacts(rank=0, steps_total=steps_total, precision="fp32",
                         precision_reason="bench", pad_multiple=1, device="cpu", node="n",
@@ -70,7 +70,7 @@ def reporter(uri: str, run_id: str, backlog: str, start: float, out: list) -> No
     import mlflow
 
     from wellfed.track import tracking
-    from wellfed.train import callback
+    from wellfed.train.outputs import callback
 
     # A trial's driver opened its run (and so its store: sqlite's engine, the server's
     # connection) long before its first report; so does this one, untimed.

@@ -4,7 +4,7 @@ All three fine-tune all-MiniLM-L6-v2 (same pretrained weights, same seeded head)
 over the same 2,048 SST-2 train rows (a seeded sample) at global batch 32 (64 optimizer steps),
 AdamW lr 1e-4, weight decay 0.01, linear warmup 6% then decay, clip 1.0, 2 torch threads:
   wellfed          TokenFile + iterate_steps (pool_batches 64, world 1, pad_multiple 1) fed to
-                   wellfed.train.loop's own setup, micro_batches and train_step (what
+                   wellfed.train.step.loop's own setup, micro_batches and train_step (what
                    loop.train runs on every worker), in-process without Ray
   trainer_default  Trainer, its default RandomSampler + DataCollatorWithPadding
   trainer_grouped  Trainer with length grouping (LengthGroupedSampler)
@@ -94,9 +94,9 @@ def train_wellfed(data, path: Path, pad_id, *, model_fn=None, device: str = "cpu
     from wellfed.data.batching import iterate_steps
     from wellfed.telemetry.meter import StepMeter
     from wellfed.telemetry.peak import device_peak
-    from wellfed.train.feeding import micro_batches
-    from wellfed.train.setup import setup
-    from wellfed.train.step import train_step
+    from wellfed.train.step.feeding import micro_batches
+    from wellfed.train.step.setup import setup
+    from wellfed.train.step.step import train_step
     from wellfed import device as dev
 
     cfg = TrainConfig(epochs=1, lr=lr, weight_decay=WEIGHT_DECAY, warmup_ratio=WARMUP,
@@ -212,9 +212,9 @@ def run_one(name: str, data, dataset, dev_data, tokenizer, scratch: Path) -> tup
     torch.set_num_threads(harness.THREADS)
     if name == "wellfed":
         record, model = train_wellfed(data, data.path, tokenizer.pad_token_id)
-        setup = {"optimizer": "torch.optim.AdamW (wellfed.train.loop.setup)",
+        setup = {"optimizer": "torch.optim.AdamW (wellfed.train.step.loop.setup)",
                  "sampling": "wellfed iterate_steps, pool_batches 64",
-                 "step": "wellfed.train.loop.train_step, loader_workers 0"}
+                 "step": "wellfed.train.step.loop.train_step, loader_workers 0"}
     else:
         record, model, setup = train_hf(dataset, tokenizer, name == "trainer_grouped", str(scratch))
     record["dev_accuracy"] = round(dev_accuracy(model, dev_data, tokenizer.pad_token_id), 4)

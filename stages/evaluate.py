@@ -16,7 +16,7 @@ from wellfed.data.token_files import TokenFile
 from wellfed.evaluate import files, predictions, scores, temperature
 from wellfed.outputs import check_room, write_json
 from wellfed.track import eval_tracking, tracking, ui_links
-from wellfed.train import run_record
+from wellfed.train.outputs import run_record
 from wellfed.use import serving
 
 

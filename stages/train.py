@@ -16,9 +16,11 @@ from wellfed.model import resolve_source
 from wellfed.telemetry import diagnosis
 from wellfed.telemetry.phases import split_train
 from wellfed.track import provenance, registry, run_note, sweeps, tracking, ui_links
-from wellfed.train import driver, export, orphan, preemption, reports, run_record
-from wellfed.train.mlflow_run import marked_failed
-from wellfed.train.preflight import check_stores
+from wellfed.train.checkpoints import preemption
+from wellfed.train.outputs import export, reports, run_record
+from wellfed.train.run import driver, orphan
+from wellfed.train.run.mlflow_run import marked_failed
+from wellfed.train.run.preflight import check_stores
 
 
 @stage(work="steps")

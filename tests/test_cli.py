@@ -9,7 +9,7 @@ import pytest
 SCRIPT = '''
 import sys
 from wellfed.cli import stage
-from wellfed.train.failures import TrainingFailed
+from wellfed.train.run.failures import TrainingFailed
 
 def fails_deep(kind):
     if kind == "mlflow":

@@ -21,8 +21,8 @@ from wellfed import device as dev
 from wellfed.config import DataConfig, ModelConfig, TrainConfig, load_section
 from wellfed.data.token_files import TokenBatch, TokenFile, write_token_file
 from wellfed.model import load_model, load_tokenizer
-from wellfed.train import checkpoint
-from wellfed.train.loop import Place, TrainJob, train
+from wellfed.train.checkpoints import checkpoint
+from wellfed.train.step.loop import Place, TrainJob, train
 
 CPU = Place(torch.device("cpu"))
 WORDS = [f"w{i}" for i in range(62)]
@@ -192,7 +192,7 @@ def test_lora_trains_adapters_and_head_only_resumes_and_exports_merged(model_dir
                                                                       tmp_path, capsys):
     from transformers import AutoModelForSequenceClassification, pipeline
 
-    from wellfed.train.export import write_model
+    from wellfed.train.outputs.export import write_model
 
     job = job_for(model_dirs["llama"], tokens, lora_r=4, lora_dropout=0.0)
     torch.manual_seed(job.train.seed)  # as train() does before load_model: the same init
@@ -255,7 +255,7 @@ def test_lora_under_ddp_needs_no_find_unused_parameters(model_dirs, tokens, tmp_
     finally:
         dist.destroy_process_group()
     assert state.step == 3 and all(np.isfinite(h["loss"]) for h in state.history)
-    from wellfed.train.export import write_hf
+    from wellfed.train.outputs.export import write_hf
 
     write_hf(tmp_path / "ckpt" / "step_3", job, tmp_path / "export")
     merged = json.loads((tmp_path / "export" / "config.json").read_text())

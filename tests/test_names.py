@@ -71,7 +71,7 @@ def scored(tmp_path_factory, tiny_model_dir):
     from wellfed.config import ModelConfig
     from wellfed.data.token_files import TokenBatch, write_token_file
     from wellfed.model import load_model
-    from wellfed.train import run_record
+    from wellfed.train.outputs import run_record
 
     root = tmp_path_factory.mktemp("evaluate")
     tokens = root / "tokens"

@@ -101,6 +101,6 @@ def test_the_check_catches_a_planted_missing_dep():
 def test_the_closure_follows_function_level_and_transitive_imports():
     closure = import_closure(PROJECT / "stages" / "train.py")
     # driver imports the loop inside a function; the loop imports batching, which no stage names
-    assert Path("src/wellfed/train/loop.py") in closure
+    assert Path("src/wellfed/train/step/loop.py") in closure
     assert Path("src/wellfed/data/batching.py") in closure
     assert Path("src/wellfed/__init__.py") not in closure  # docstring + version only

@@ -13,7 +13,7 @@ import pytest
 from tests.test_serving import TEXTS, save_model
 from wellfed.config import PredictConfig, load_params
 from wellfed.data import sources
-from wellfed.use import serving
+from wellfed.use import logged_model, serving
 from wellfed.use.predict import input_chunks, predict_file, write_predictions
 
 
@@ -61,8 +61,9 @@ def test_bad_input_is_one_line_exit_1_and_no_output(tmp_path, pair_model):
               "not 1")]
     for args, expected in cases:
         out = tmp_path / "out.parquet"
-        proc = subprocess.run([sys.executable, "-m", "wellfed.use.predict", str(pair_model), args[0],
-                               str(out), *args[1:]], capture_output=True, text=True, timeout=600)
+        proc = subprocess.run([sys.executable, "-m", "wellfed.use.predict_command",
+                               str(pair_model), args[0], str(out), *args[1:]],
+                              capture_output=True, text=True, timeout=600)
         assert proc.returncode == 1, proc.stderr
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], lines
@@ -149,9 +150,9 @@ def test_a_registry_uri_predicts_with_that_version(tmp_path, monkeypatch, pair_m
     source.write_text("premise\thypothesis\nA man sleeps.\tA man rests.\nA dog.\tA cat.\n")
 
     def cli(model: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "wellfed.use.predict", model, str(source),
-                               str(tmp_path / "out.csv")], capture_output=True, text=True,
-                              timeout=300, cwd=tmp_path)
+        return subprocess.run([sys.executable, "-m", "wellfed.use.predict_command", model,
+                               str(source), str(tmp_path / "out.csv")], capture_output=True,
+                              text=True, timeout=300, cwd=tmp_path)
 
     proc = cli("models:/demo@champion")  # no store here yet: one line, and no store made
     assert proc.returncode == 1 and proc.stderr.strip() == (
@@ -161,7 +162,7 @@ def test_a_registry_uri_predicts_with_that_version(tmp_path, monkeypatch, pair_m
     assert not (tmp_path / "mlflow.db").exists()
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     run_id = tracking.start_run(uri, "demo", "r")
-    _, version = serving.log_model(uri, run_id, pair_model, "demo")
+    _, version = logged_model.log_model(uri, run_id, pair_model, "demo")
     proc = cli("models:/demo@champion")  # registered, but no alias yet
     assert proc.returncode == 1 and "models:/demo@champion: no such registered version in " \
         f"{uri} (registered models: demo); the evaluate stage sets the alias" in proc.stderr
@@ -211,11 +212,20 @@ def test_help_and_argument_errors_come_before_any_heavy_import():
     assert len(cases) == 4
 
 
+def test_the_commands_chunk_default_is_the_params_default():
+    """predict_command writes the default out (its arguments are read with the standard library
+    alone); predict.py and params.yaml's predict section take it from PredictConfig."""
+    from wellfed.use import predict, predict_command
+
+    assert predict_command.parser().get_default("chunk_rows") == PredictConfig.chunk_rows
+    assert predict.CHUNK_ROWS == PredictConfig.chunk_rows
+
+
 def test_into_a_pipe_there_is_no_progress_bar_to_glue_lines_onto(tmp_path, pair_model):
     source = tmp_path / "new.tsv"
     source.write_text("premise\thypothesis\nA man sleeps.\tA man rests.\nA dog.\tA cat.\n")
     out = tmp_path / "out.csv"
-    proc = subprocess.run([sys.executable, "-m", "wellfed.use.predict", str(pair_model),
+    proc = subprocess.run([sys.executable, "-m", "wellfed.use.predict_command", str(pair_model),
                            str(source), str(out)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert "\r" not in proc.stdout + proc.stderr and "rows/s" not in proc.stderr, proc.stderr

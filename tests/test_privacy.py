@@ -50,7 +50,7 @@ def test_ray_workers_get_the_switches_in_their_runtime_env(monkeypatch, address)
     only the runtime environment, so the switches must be in it, with the user's values."""
     import ray
 
-    from wellfed.train import driver
+    from wellfed import cluster
 
     calls = []
     monkeypatch.setattr(ray, "init", lambda **kwargs: calls.append(kwargs))
@@ -60,7 +60,7 @@ def test_ray_workers_get_the_switches_in_their_runtime_env(monkeypatch, address)
     for name in privacy.SWITCHES:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "0")  # a user who opted in keeps it
-    driver.connect(RayConfig(address=address))
+    cluster.connect(RayConfig(address=address))
     assert len(calls) == 1
     env_vars = calls[0]["runtime_env"]["env_vars"]
     assert {k: env_vars[k] for k in privacy.SWITCHES} == {**privacy.SWITCHES,

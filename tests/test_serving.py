@@ -21,7 +21,7 @@ import pytest
 from tests.conftest import own_wellfed
 from tests.services import free_port
 from wellfed.track import tracking
-from wellfed.use import serving
+from wellfed.use import logged_model, serving
 
 LABELS = ["negative", "card/lost", "refund?"]  # keys: negative, card_lost, refund
 # Very different lengths, in no length order: batches are length-sorted and scattered back.
@@ -152,7 +152,7 @@ def registered(model_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("mlflow")
     uri = f"sqlite:///{root / 'mlflow.db'}"
     run_id = tracking.start_run(uri, "serve", "r")
-    info, version = serving.log_model(uri, run_id, model_dir, "serve-classifier")
+    info, version = logged_model.log_model(uri, run_id, model_dir, "serve-classifier")
     assert str(version.version) == "1"
     return uri, run_id, info
 

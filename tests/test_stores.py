@@ -1,4 +1,4 @@
-"""Before any work, the stores a run writes to answer (track/stores.py, train/preflight.py): one
+"""Before any work, the stores a run writes to answer (track/stores.py, train/run/preflight.py): one
 line naming the setting and the fix otherwise. A real PostgreSQL refusing a password or a
 database is tests/e2e/test_team_checks.py; here, what needs no server."""
 
@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import read_only
 from wellfed.track import stores
-from wellfed.train.preflight import check_remote, check_stores
+from wellfed.train.run.preflight import check_remote, check_stores
 
 
 def dead_port() -> int:
@@ -107,3 +107,84 @@ def test_a_remote_elsewhere_is_dvcs_to_check(repo):
     subprocess.run(["dvc", "remote", "add", "-d", "s3", "s3://bucket/cache"], cwd=repo,
                    check=True)
     check_remote(repo)  # its credentials are dvc's: no probe, no error
+
+
+def login_env(monkeypatch, tmp_path, user=None, password=None, file=None):
+    monkeypatch.setenv("HOME", str(tmp_path))  # ~/.mlflow/credentials here
+    for key in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN"):
+        monkeypatch.delenv(key, raising=False)
+    if user:
+        monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", user)
+    if password:
+        monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", password)
+    if file:
+        (tmp_path / ".mlflow").mkdir()
+        (tmp_path / ".mlflow" / "credentials").write_text(file)
+
+
+UNAUTHORIZED = ("API request to endpoint /api/2.0/mlflow/experiments/search failed with error "
+                "code 401 != 200. Response body: 'You are not authenticated.'")
+FORBIDDEN = "API request ... failed with error code 403 != 200. Response body: 'Permission denied'"
+
+
+def test_a_missing_login_is_said_with_where_to_set_one(monkeypatch, tmp_path):
+    login_env(monkeypatch, tmp_path)
+    assert stores.server_line("http://x:5000", "mlflow.tracking_uri", UNAUTHORIZED) == (
+        "mlflow.tracking_uri = http://x:5000: the tracking server asks for a login and none is "
+        "set; export MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, or put them in "
+        "~/.mlflow/credentials (the store's admin makes accounts: docs/team.md#access)")
+    login_env(monkeypatch, tmp_path / "u", user="ann")
+    assert "and 'ann' (MLFLOW_TRACKING_USERNAME) has no password;" in stores.server_line(
+        "http://x:5000", "mlflow.tracking_uri", UNAUTHORIZED)
+
+
+def test_a_wrong_login_names_the_user_and_where_it_came_from_never_the_password(monkeypatch,
+                                                                                tmp_path):
+    login_env(monkeypatch, tmp_path, file="[mlflow]\nmlflow_tracking_username = bob\n"
+                                          "mlflow_tracking_password = s3cret\n")
+    line = stores.server_line("http://x:5000", "$MLFLOW_TRACKING_URI", UNAUTHORIZED)
+    assert line == ("$MLFLOW_TRACKING_URI = http://x:5000: the tracking server refused the login "
+                    "of 'bob' (~/.mlflow/credentials): wrong user name or password; fix it, or "
+                    "ask the store's admin for an account (docs/team.md#access)")
+    login_env(monkeypatch, tmp_path / "v", user="carol", password="s3cret")
+    line = stores.server_line("http://x:5000", "mlflow.tracking_uri", FORBIDDEN)
+    assert line == ("mlflow.tracking_uri = http://x:5000: the tracking server answered 403: "
+                    "'carol' (MLFLOW_TRACKING_USERNAME) may not read its runs; ask the store's "
+                    "admin for access (docs/team.md#access)")
+    assert not stores.transient(UNAUTHORIZED) and not stores.transient(FORBIDDEN)
+
+
+class Request:
+    """What the server's authorization function reads of a Flask request."""
+
+    def __init__(self, method, path, body=None, args=None):
+        self.method, self.path, self.body, self.args = method, path, body, args or {}
+
+    def get_json(self, silent=False):
+        return self.body
+
+
+def test_the_store_knows_an_alias_move_and_a_create_on_every_route():
+    from wellfed.track.store_access import creates, moved_alias
+
+    api, ajax = "/api/2.0/mlflow", "/ajax-api/2.0/mlflow"
+    moves = [Request("POST", f"{api}/registered-models/alias", {"alias": "champion"}),
+             Request("DELETE", f"{ajax}/registered-models/alias", None, {"alias": "champion"}),
+             Request("DELETE", f"{api}/registered-models/alias", {"alias": "champion"})]
+    assert [moved_alias(r) for r in moves] == ["champion"] * 3
+    assert moved_alias(Request("GET", f"{api}/registered-models/alias",
+                               None, {"alias": "champion"})) is None
+    assert moved_alias(Request("POST", f"{api}/runs/create", {"alias": "champion"})) is None
+    assert [creates(Request("POST", f"{p}/{what}/create")) for p in (api, ajax)
+            for what in ("experiments", "registered-models")] == [
+        "experiment", "registered model"] * 2
+    assert creates(Request("POST", f"{api}/runs/create")) is None
+
+
+def test_a_run_the_server_refuses_to_open_is_one_line_naming_the_login(monkeypatch, tmp_path):
+    login_env(monkeypatch, tmp_path, user="ops", password="x")
+    assert stores.write_refusal("http://x:5000", "wellfed", FORBIDDEN) == (
+        "http://x:5000: the tracking server answered 403: 'ops' (MLFLOW_TRACKING_USERNAME) may "
+        "not open a run in the experiment 'wellfed' (writes take the role 'team'); ask the "
+        "store's admin for access (docs/team.md#access)")
+    assert stores.write_refusal("http://x:5000", "wellfed", "RESOURCE_DOES_NOT_EXIST") is None

@@ -20,7 +20,7 @@ from tests.conftest import PROJECT
 from wellfed import tasks
 from wellfed.config import DataConfig, ModelConfig, TrainConfig
 from wellfed.data.token_files import TokenFile
-from wellfed.train.loop import Place, TrainJob, train
+from wellfed.train.step.loop import Place, TrainJob, train
 
 COLORS = ["red", "green", "blue", "amber"]
 

@@ -20,7 +20,7 @@ from wellfed import tasks
 from wellfed.config import load_section
 from wellfed.data.token_files import TokenBatch, TokenFile, write_token_file
 from wellfed.evaluate import predictions, scores, temperature
-from wellfed.use import serving
+from wellfed.use import logged_model, serving
 
 CPU, FP32 = torch.device("cpu"), dev.Precision("fp32", "test")
 SCALE = 4.0  # the planted head's factor: logits with an sd of ~8, scores near 1
@@ -272,7 +272,7 @@ def test_the_predictor_pipeline_and_served_model_give_evaluates_scores(single, t
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     run_id = tracking.start_run(uri, "calibrated", "r")
-    info, _ = serving.log_model(uri, run_id, single.model_dir, "calibrated-classifier")
+    info, _ = logged_model.log_model(uri, run_id, single.model_dir, "calibrated-classifier")
     mlflow.set_tracking_uri(uri)
     with own_wellfed():
         served = mlflow.pyfunc.load_model(info.model_uri).predict(frame)

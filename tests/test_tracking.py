@@ -65,9 +65,27 @@ def test_a_repeated_run_name_is_numbered_and_a_resume_keeps_its_run(uri):
     assert client.get_run(ids[1]).info.run_name == "minilm-lr1e-4-b32-3f2a-2"
 
 
+def test_run_level_figures_are_logged_once_whatever_the_reruns(uri):
+    """Evaluate killed after logging its figures and rerun (the same model: the same figures)
+    logged eval/* twice at step 0; now a figure the run already has is not logged again, and
+    one that changed is, the run showing the newer."""
+    client = mlflow.MlflowClient(uri)
+    run_id = tracking.start_run(uri, "once", "evaluated")
+    figures = {"eval/macro_f1": 0.8125, "eval/accuracy": 0.8, "eval/ece": float("nan")}
+    for _ in range(3):
+        tracking.log_metrics(uri, run_id, figures)
+    histories = {k: client.get_metric_history(run_id, k) for k in figures}
+    assert len(histories) == 3
+    assert all(len(h) == 1 and h[0].step == 0 for h in histories.values()), histories
+    tracking.log_metrics(uri, run_id, {**figures, "eval/accuracy": 0.85})
+    assert [m.value for m in client.get_metric_history(run_id, "eval/accuracy")] == [0.8, 0.85]
+    assert client.get_run(run_id).data.metrics["eval/accuracy"] == 0.85
+    assert len(client.get_metric_history(run_id, "eval/macro_f1")) == 1
+
+
 def test_run_title_and_key(monkeypatch):
     from wellfed.config import ModelConfig, TrainConfig
-    from wellfed.train import runs
+    from wellfed.train.run import runs
 
     train, model = TrainConfig(lr=1e-4, global_batch_size=32), ModelConfig()
     digest = runs.run_hash(train, model, "d" * 64)
@@ -107,7 +125,7 @@ def test_worker_choices_are_tags_and_a_report_may_carry_more(uri, capsys):
     part of the loop is one tag the stage's breakdown reads."""
     import json
 
-    from wellfed.train.callback import MlflowCallback
+    from wellfed.train.outputs.callback import MlflowCallback
 
     run_id = tracking.start_run(uri, "choices", "r")
     records = [{"step": s, "epoch": 0, "lr": 1e-4, "loss": 1.0, "grad_norm": 1.0, "rows": 8,

@@ -68,7 +68,7 @@ TRAINING = textwrap.dedent("""
     import os, sys, threading, time
     from wellfed import watchdog
     from wellfed.cli import guarded
-    from wellfed.train.preemption import Stopped, run_stoppable
+    from wellfed.train.checkpoints.preemption import Stopped, run_stoppable
 
     def work():
         print(os.getpid(), flush=True)
@@ -194,10 +194,10 @@ def test_a_stage_run_by_hand_outlives_a_parent_that_exits(tmp_path):
 
 
 # A driver that starts a "daemon" (a sleep, standing for local Ray's) inside daemons_apart, as
-# driver.fit_on_ray starts Ray, prints both pids, then waits to be killed.
+# ray_train.fit_on_ray starts Ray, prints both pids, then waits to be killed.
 DRIVER = textwrap.dedent("""
     import os, subprocess, sys, time
-    from wellfed.train import preemption
+    from wellfed.train.checkpoints import preemption
     with preemption.daemons_apart(local=True):
         daemon = subprocess.Popen(["sleep", "300"])
     print(os.getpid(), daemon.pid, flush=True)

@@ -111,6 +111,13 @@ def live_nodes() -> list[dict]:
     return [n["Resources"] for n in ray.nodes() if n["Alive"]]
 
 
+def available() -> dict:
+    """What the connected cluster has free now, all nodes together ({"CPU": 1.0, ...})."""
+    import ray
+
+    return ray.available_resources()
+
+
 def room(nodes: list[dict], per_worker: dict[str, float]) -> int:
     """How many workers that each need `per_worker` ({"CPU": 2, "GPU": 1}) fit on `nodes`."""
     return sum(min(int(n.get(k, 0) // v) for k, v in per_worker.items()) for n in nodes)

@@ -117,10 +117,10 @@ def forward(model, batch: dict, host: dict, keep_mask: bool = False):
 
 
 def forward_planned(model, batch: dict, full_mask: bool):
-    """Logits for a micro-batch of the shape plan: always with its mask (a shape is one graph),
-    as a prepared (rows, 1, 1, width) boolean mask when `full_mask` (train/graphs.py checks that
-    the model takes it): transformers then hands it to attention as it is, instead of reading
-    the mask on the host to see whether it could be dropped, a sync in every forward."""
+    """Logits for a micro-batch of the shape plan: always with its mask (a shape is one graph), as a
+    prepared (rows, 1, 1, width) boolean mask when `full_mask` (train/step/graphs.py checks that the
+    model takes it): transformers then hands it to attention as it is, instead of reading the mask
+    on the host to see whether it could be dropped, a sync in every forward."""
     mask = batch["attention_mask"]
     if full_mask:
         mask = mask.bool()[:, None, None, :]

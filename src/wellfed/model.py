@@ -64,7 +64,7 @@ def weight_bytes(source: str) -> int:
     model.pt, data/model): its weight files (safetensors, else .bin) where its folder (a local
     one, or its Hub cache snapshot) has them, else 4 bytes a parameter estimated from its
     config.json; 0 when the model is not on this machine yet. A preflight estimate
-    (train/preflight.py): bf16 files count half what fp32 training writes."""
+    (train/run/preflight.py): bf16 files count half what fp32 training writes."""
     folder = Path(source) if Path(source).is_dir() else hub.cached_folder(source)
     if folder is None:
         return 0

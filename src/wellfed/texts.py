@@ -8,7 +8,8 @@
   is cut to it, longest text first. That is counted and flagged, never silent: tokenize reports
   `truncated_rows`, predict and the served model give each row a `truncated` column.
 
-The served model carries this module (wellfed/use/serving.py, CARRIED): numpy and pandas only.
+The served model carries this module (wellfed/use/logged_model.py, CARRIED): numpy and pandas
+only.
 """
 
 from __future__ import annotations

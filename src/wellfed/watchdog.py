@@ -9,19 +9,19 @@ trained it again into a second MLflow run.
 So a stage that dvc runs (DVC_STAGE set) watches, from a thread, for dvc going away: its own
 parent, and dvc behind a `-c` shell, are looked at every POLL_S, and a process re-parented
 (to init or a subreaper) is one whose parent died. What the stage then does:
-- while it trains (train/preemption.py's `run_stoppable` sets `requests_to`), the watchdog asks
-  for the stop in-process, not with a signal: training checkpoints and stops as on preemption,
-  and a stop already under way goes on as it was. The documented SIGTERM goes to dvc's process
-  group, the stage included, and dvc dies of it at once: its death is that same request. (A
+- while it trains (train/checkpoints/preemption.py's `run_stoppable` sets `requests_to`), the
+  watchdog asks for the stop in-process, not with a signal: training checkpoints and stops as on
+  preemption, and a stop already under way goes on as it was. The documented SIGTERM goes to dvc's
+  process group, the stage included, and dvc dies of it at once: its death is that same request. (A
   second SIGTERM sent here used to read as "stop at once": the steps since the last periodic
-  checkpoint were lost and the MLflow run was left RUNNING.) So it stays once training has
-  stopped: what is left is the stop's line and Ray's shutdown, during which Ray gives SIGTERM
-  its default action back, and a signal would end the stage before it said where it stopped.
+  checkpoint were lost and the MLflow run was left RUNNING.) So it stays once training has stopped:
+  what is left is the stop's line and Ray's shutdown, during which Ray gives SIGTERM its default
+  action back, and a signal would end the stage before it said where it stopped.
 - any other time, and in the other stages, it says so and sends itself SIGTERM: they stop at
   once (their outputs are atomic: nothing half-written stays as an output).
 - once training is over, the train stage only finishes its outputs (seconds):
   `finish_when_orphaned` turns the stop off, and the completed run is recorded as orphaned
-  (train/runs.py), so that the rerun finds it in place and trains nothing.
+  (train/run/runs.py), so that the rerun finds it in place and trains nothing.
 A stage run by hand is not watched: a parent that exits (nohup, a script) is no reason to stop.
 """
 

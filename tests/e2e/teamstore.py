@@ -1,6 +1,7 @@
 """A throwaway team store for the e2e tier: PostgreSQL and an MLflow server on it that proxies
-the artifacts, started by the same functions as `make team-store` (scripts/team_store.py), and
-stopped when the test ends, also when it fails.
+the artifacts and asks for a login, started by the same functions as `make team-store`
+(scripts/team_store.py), and stopped when the test ends, also when it fails. While it runs, the
+tests' MLflow clients (and the stages they start) log in as its admin.
 
 PostgreSQL's folder is a fresh one under /tmp, readable by its user: as root (CI) PostgreSQL
 runs as `postgres` (else `nobody`), which cannot enter pytest's private tmp folders. Without
@@ -47,12 +48,21 @@ class TeamStore:
     def start(self) -> TeamStore:
         self.pg.init()
         self.pg.start()
+        self.env = {"PGPASSFILE": str(self.pg.pgpass),
+                    **self.ts.store_access.prepare(self.folder)}
         self.start_server()
+        self.ts.store_access.set_up_roles(self.uri, self.folder)
         return self
+
+    @property
+    def admin(self) -> dict:
+        """The admin's login, as MLflow's client takes it from the environment."""
+        return self.ts.store_access.as_admin(self.folder)
 
     def start_server(self) -> None:
         self.server = self.ts.start_server(self.pg.uri, self.folder / "artifacts", "127.0.0.1",
-                                           self.port, self.workers, self.folder / "server.log")
+                                           self.port, self.workers, self.folder / "server.log",
+                                           env=self.env)
 
     def restart_server(self, down_s: float = 2.0) -> float:
         """Stop the server, wait `down_s`, start it again on the same port; return how long
@@ -90,8 +100,17 @@ def team_store(workers: int = 2):
     folder = Path(tempfile.mkdtemp(prefix="wellfed-team-store-"))
     folder.chmod(0o755)  # PostgreSQL's own user must enter it
     store = TeamStore(folder, workers)
+    saved = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD",
+                                            "PGPASSFILE")}
     try:
-        yield store.start()
+        store.start()
+        os.environ.update({**store.admin, "PGPASSFILE": str(store.pg.pgpass)})
+        yield store
     finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
         store.stop()
         shutil.rmtree(folder, ignore_errors=True)

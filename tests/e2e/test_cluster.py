@@ -203,10 +203,10 @@ def stage_process(root: int, script: str) -> psutil.Process:
 
 
 def test_a_driver_killed_outright_leaves_no_ray_process_behind(base, tmp_path):
-    """SIGKILL to the train stage alone (the OOM killer's way) on Ray Train under dvc: no
-    cleanup runs in it, the raylet dies with it, and the reaper in the daemons' process group
-    (train/preemption.py) ends the rest: Ray's DashboardAgent and RuntimeEnvAgent outlived the
-    driver by 1.5 to 3 minutes before."""
+    """SIGKILL to the train stage alone (the OOM killer's way) on Ray Train under dvc: no cleanup
+    runs in it, the raylet dies with it, and the reaper in the daemons' process group
+    (train/checkpoints/preemption.py) ends the rest: Ray's DashboardAgent and RuntimeEnvAgent
+    outlived the driver by 1.5 to 3 minutes before."""
     project = fresh(base, tmp_path, train={"epochs": 4})
     proc = subprocess.Popen(["dvc", "repro", "train"], cwd=project, env=env(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -336,6 +336,7 @@ def test_a_permanent_worker_error_is_not_retried_by_ray(base, tmp_path):
                         r"rerun `dvc repro`: it checks .*", last), last
     # Ray prints each failed worker's error under its pid: the restarted group's 2 workers (a
     # third attempt reading the same checkpoint would fail too, under 2 more pids).
-    failed = set(re.findall(r"RayTrainWorker pid=(\d+)\)\S* wellfed.train.checkpoint.Damaged", out))
+    failed = set(re.findall(
+        r"RayTrainWorker pid=(\d+)\)\S* wellfed.train.checkpoints.checkpoint.Damaged", out))
     print(f"\nworkers that failed on the damaged checkpoint: {len(failed)}")
     assert 1 <= len(failed) <= 2, out[-5000:]

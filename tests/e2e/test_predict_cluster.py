@@ -45,8 +45,8 @@ def models(tiny_model_dir, tmp_path_factory):
 
 def predict_on(cluster, *args: str) -> subprocess.CompletedProcess:
     extra = {"RAY_ADDRESS": cluster.address, "RAY_AUTH_MODE": "disabled"}  # as test_cluster's
-    return subprocess.run([sys.executable, "-m", "wellfed.use.predict", *args], env={**env(), **extra},
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run([sys.executable, "-m", "wellfed.use.predict_command", *args],
+                          env={**env(), **extra}, capture_output=True, text=True, timeout=600)
 
 
 def write_input(path, kind: str):

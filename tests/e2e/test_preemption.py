@@ -20,7 +20,7 @@ import pytest
 
 from tests.e2e.pipeline import env, make_project, mlflow_runs, run
 from tests.e2e.test_cluster import command_line, fresh, loss_steps, set_params
-from wellfed.train.preemption import DUPLICATE_S
+from wellfed.train.checkpoints.preemption import DUPLICATE_S
 
 STEPS = 2 * 38  # 600 rows / global batch 16 = 38 steps per epoch, 2 epochs
 REPORT_EVERY = 5
@@ -339,10 +339,10 @@ def test_a_second_signal_stops_at_once_keeping_the_last_checkpoint(base, tmp_pat
     workers = [p for p in tree if "RayTrainWorker" in command_line(p)]
     assert len(workers) == 2, [command_line(p) for p in tree]
     os.killpg(proc.pid, signal.SIGTERM)
-    # The first asks for a checkpoint. The workers are held in their step (as a big model's
-    # step holds them: the tiny one's stop is over in a second), and the second signal, sent
-    # again after the window in which it would be a copy of the first (train/preemption.py),
-    # must not wait for them.
+    # The first asks for a checkpoint. The workers are held in their step (as a big model's step
+    # holds them: the tiny one's stop is over in a second), and the second signal, sent again after
+    # the window in which it would be a copy of the first (train/checkpoints/preemption.py), must
+    # not wait for them.
     for worker in workers:
         worker.suspend()
     try:

@@ -77,3 +77,15 @@ def test_killed_after_moving_the_alias_the_rerun_gives_the_champion_its_words(ki
         v1.description == champion.describe(v1.tags[registry.REASON], "champion")
     assert f"[wellfed] models:/{NAME}@champion stays version 3: {reason.split(': ', 1)[1]}" \
         in consoles[3]
+
+
+def test_killed_in_evaluate_the_rerun_logs_its_figures_once(killed_twice):
+    """The second try died in evaluate after logging eval/* (it moves the alias after); the
+    third logged the same figures of the same model: each is in the run once, at step 0."""
+    dest, _ = killed_twice
+    client, runs = mlflow_runs(dest)
+    keys = [k for k in runs[1].data.metrics if k.startswith("eval/")]
+    assert len(keys) >= 3, keys
+    for key in keys:
+        history = client.get_metric_history(runs[1].info.run_id, key)
+        assert [m.step for m in history] == [0], (key, history)

@@ -1,6 +1,7 @@
 """wellfed-search as a user runs it, on the tiny model: stopped by SIGTERM after two trials,
 resumed and killed outright (SIGKILL) two trials later, resumed again to the final check and
-the winner's `dvc exp run`. Checks the story MLflow
+the winner's `dvc exp run`, one trial at a time with ASHA (search.fuse false; the fused search:
+tests/e2e/test_search_fused.py). Checks the story MLflow
 tells (one parent, a child per trial, ASHA's stops with their reasons), that no finished trial
 trains twice, and that the winner's pipeline run learns what its warm trial learned."""
 
@@ -22,7 +23,7 @@ TRIALS, SEEDS = 6, [1, 2]
 # params.yaml asks 16 trials and 3 seeds; every run says --trials 6 --seeds 1,2 (not written)
 OPTIONS = ("--trials", str(TRIALS), "--seeds", ",".join(map(str, SEEDS)))
 SEARCH = {"trials": 16, "min_steps": 4, "max_steps": 16, "reduction_factor": 2,
-          "finalists": 2, "seeds": [1, 2, 3], "concurrent": 1,
+          "finalists": 2, "seeds": [1, 2, 3], "concurrent": 1, "fuse": "false",
           "space": {"train": {"lr": "log_uniform 1e-4 5e-2", "warmup_ratio": "uniform 0.0 0.2"}}}
 
 

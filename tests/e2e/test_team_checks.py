@@ -52,14 +52,15 @@ def test_a_server_that_does_not_answer_stops_the_stage_before_any_work(store, to
 def test_a_wrong_password_or_database_is_one_line_without_the_password(store, monkeypatch):
     """What the train stage checks first (preflight.check_stores), against the real PostgreSQL:
     a wrong password and a missing database, at once (no wait), the password never shown."""
-    from wellfed.train.preflight import check_stores
+    from wellfed.train.run.preflight import check_stores
 
     pg = store.pg
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    cases = {pg.uri.replace(pg.password, "not-the-password"):
+    monkeypatch.setenv("PGPASSFILE", str(pg.pgpass))  # the right password, for the last check
+    cases = {pg.uri.replace("mlflow@", "mlflow:not-the-password@"):
              "the database refused user 'mlflow' (wrong password); fix the password in the URI "
              "(postgresql://USER:PASSWORD@HOST:PORT/DB); nothing was trained",
-             pg.uri.rsplit("/", 1)[0] + "/nosuchdb":
+             pg.uri.replace("mlflow@", f"mlflow:{pg.password}@").rsplit("/", 1)[0] + "/nosuchdb":
              "no database 'nosuchdb' on that server; create it (`createdb nosuchdb`) or name an "
              "existing one in the URI; nothing was trained"}
     for uri, said in cases.items():
@@ -71,7 +72,7 @@ def test_a_wrong_password_or_database_is_one_line_without_the_password(store, mo
             line.endswith(said), line
         assert pg.password not in line and "not-the-password" not in line
         assert time.time() - started < 30  # refused at once: nothing to wait for
-    check_stores(pg.uri, pg.uri, Path("/nonexistent"))  # the right one answers
+    check_stores(pg.uri, pg.uri, Path("/nonexistent"))  # the right one (from pgpass) answers
 
 
 def test_a_dvc_remote_that_takes_no_files_stops_the_stage_before_any_work(tokenized, tmp_path):

@@ -104,6 +104,17 @@ def test_a_project_store_moves_into_a_fresh_team_store_whole(alice, tmp_path, mo
                 (tmp_path / "team-store.log").read_text()[-3000:]
             time.sleep(1)
         uri = f"http://127.0.0.1:{port}"
+        for key, value in script().store_access.as_admin(folder / "s").items():
+            monkeypatch.setenv(key, value)  # the store asks for a login: its admin's
+        # A second one on the same folder is refused in one line naming the first, which goes on
+        second = subprocess.run(["python", str(PROJECT / "scripts" / "team_store.py"), "--dir",
+                                 str(folder / "s"), "--port", str(script().free_port()),
+                                 "--import", str(alice / "mlflow.db")], cwd=alice, env=env(),
+                                capture_output=True, text=True, timeout=300)
+        assert second.returncode == 1 and second.stderr.strip().splitlines() == [
+            f"error: {folder / 's'} is in use: its team store runs (pid {server.pid}, server on "
+            f"127.0.0.1:{port}); stop it first (Ctrl-C where it runs) or choose another --dir; "
+            "nothing was started or stopped"], second.stderr
         moved = mlflow.MlflowClient(uri)
         found = moved.search_runs([moved.get_experiment_by_name("wellfed").experiment_id],
                                   order_by=["start_time ASC"])

@@ -19,8 +19,8 @@ from wellfed.config import TrainConfig
 from wellfed.data.batching import Step
 from wellfed.telemetry.meter import StepMeter
 from wellfed.telemetry.peak import Peak, device_peak
-from wellfed.train.setup import setup
-from wellfed.train.step import train_step
+from wellfed.train.step.setup import setup
+from wellfed.train.step.step import train_step
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -50,7 +50,7 @@ def host_batch(rows: int, width: int, rng: np.random.Generator, padded: bool = T
 
 
 class Run:
-    """The loop's own setup and step (wellfed.train.loop.setup / train_step) on the GPU."""
+    """The loop's own setup and step (wellfed.train.step.loop.setup / train_step) on the GPU."""
 
     def __init__(self, model, precision: str, lr: float = 1e-3, compile: bool = False):
         # The dynamic step (the planned one: tests/gpu/test_graphs.py): these steps are hand-cut.
@@ -220,7 +220,7 @@ def test_auto_budget_probe_finds_a_fitting_budget_on_the_device(cuda_graphs):
     On the planned path (cuda_graphs auto, one CUDA worker) that is every gradient bound to a
     zeroed flat buffer after the probe (graphs.create -> gradients.bind, which keeps whatever a
     gradient held, so a leftover would show as a non-zero value); on the dynamic path, None."""
-    from wellfed.train import gradients
+    from wellfed.train.step import gradients
 
     model = bert(hidden=256, layers=4)
     warm_up(model)  # cuBLAS handles and workspaces, held from here on, into the baseline

@@ -1,4 +1,4 @@
-"""The compiled-per-shape forward (train/fusion.py) on a real GPU: inductor's kernels for each
+"""The compiled-per-shape forward (train/step/fusion.py) on a real GPU: inductor's kernels for each
 planned shape, captured in the shape's CUDA graph, learn what the plain graphed step learns
 (bf16 rounding apart: fused kernels round in other places), and inductor's cache lands in
 the keyed folder. Inductor's default mode here: max-autotune only changes which matrix
@@ -21,8 +21,8 @@ pytestmark = [pytest.mark.cuda,
 
 def test_compiled_shapes_are_captured_and_learn_as_the_plain_graphs(tiny_model_dir, token_file,
                                                                     tmp_path, monkeypatch):
-    from wellfed.train import fusion
-    from wellfed.train import setup as setup_module
+    from wellfed.train.step import fusion
+    from wellfed.train.step import setup as setup_module
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "before"))
     made = setup_module.setup

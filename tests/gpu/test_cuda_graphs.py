@@ -21,10 +21,10 @@ from wellfed.data.token_files import TokenFile
 from wellfed.model import load_model
 from wellfed.telemetry.meter import StepMeter
 from wellfed.telemetry.peak import Peak
-from wellfed.train import graphs
-from wellfed.train.feeding import feed
-from wellfed.train.setup import setup
-from wellfed.train.step import train_step
+from wellfed.train.step import graphs
+from wellfed.train.step.feeding import feed
+from wellfed.train.step.setup import setup
+from wellfed.train.step.step import train_step
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]

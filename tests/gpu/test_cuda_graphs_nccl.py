@@ -1,5 +1,5 @@
 """The graphed step with a process group (what every Ray Train worker has): NCCL at world 1 on
-one GPU. The update graph captures the flat gradient buffer's all-reduce (train/gradients.py)
+one GPU. The update graph captures the flat gradient buffer's all-reduce (train/step/gradients.py)
 with clipping and AdamW; the run learns what the single-worker graphed step learns, with no
 host sync once captured, and a capture failure still falls back to the same learning.
 

@@ -13,8 +13,8 @@ from tests.conftest import random_token_files
 from wellfed.config import DataConfig, ModelConfig, TrainConfig
 from wellfed.search import space
 from wellfed.search.trial import Setting, decode, train
-from wellfed.train.loop import Place, TrainJob
-from wellfed.train.loop import train as loop_train
+from wellfed.train.step.loop import Place, TrainJob
+from wellfed.train.step.loop import train as loop_train
 
 BASE = TrainConfig(epochs=1, lr=2e-3, global_batch_size=16, micro_batch_size=16,
                    report_every=4, eval_every=0)

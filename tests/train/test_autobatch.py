@@ -22,10 +22,10 @@ from wellfed.errors import StageError
 from wellfed.model import load_model
 from wellfed.telemetry.meter import StepMeter
 from wellfed.telemetry.peak import Peak
-from wellfed.train import autobatch
-from wellfed.train.feeding import feed
-from wellfed.train.setup import setup
-from wellfed.train.step import train_step
+from wellfed.train.step import autobatch
+from wellfed.train.step.feeding import feed
+from wellfed.train.step.setup import setup
+from wellfed.train.step.step import train_step
 
 CPU = torch.device("cpu")
 STEPS = 4
@@ -272,7 +272,7 @@ def test_forward_drops_an_unpadded_batch_mask_unless_told_to_keep_it():
 def compiled_vs_eager(token_file, model_dir) -> None:
     """2 steps with train.compile on and off: the same losses and weights, and the model that
     validation and checkpoints use is the plain one."""
-    from wellfed.train.checkpoint import unwrap
+    from wellfed.train.checkpoints.checkpoint import unwrap
 
     eager = train_steps(token_file, model_dir, 0, steps=2)
     compiled = train_steps(token_file, model_dir, 0, compile=True, steps=2)

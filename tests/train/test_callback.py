@@ -13,7 +13,7 @@ import pytest
 from tests.services import free_port
 
 from wellfed.track import tracking
-from wellfed.train.callback import MlflowCallback
+from wellfed.train.outputs.callback import MlflowCallback
 
 pytestmark = pytest.mark.e2e
 
@@ -87,7 +87,7 @@ def test_in_process_reports_are_sent_in_the_background_in_order(tmp_path, monkey
     and every step arrives once, in order."""
     import threading
 
-    import wellfed.train.callback as callback_module
+    import wellfed.train.outputs.callback as callback_module
 
     sent, gate = [], threading.Event()
 

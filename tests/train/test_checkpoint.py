@@ -1,7 +1,7 @@
-"""The checkpoint files (train/checkpoint.py) when writing or loading them fails: a full or
-read-only folder says so in the folder's one line, whatever library wrote the file (torch used
-to raise `RuntimeError: [enforce fail at inline_container.cc:672] . unexpected pos`), and a file
-torch will not load is a damaged checkpoint named in one line."""
+"""The checkpoint files (train/checkpoints/checkpoint.py) when writing or loading them fails: a full
+or read-only folder says so in the folder's one line, whatever library wrote the file (torch used to
+raise `RuntimeError: [enforce fail at inline_container.cc:672] . unexpected pos`), and a file torch
+will not load is a damaged checkpoint named in one line."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ import torch
 from tests.train.test_store import Planted, fake_checkpoint
 from wellfed import disk
 from wellfed.outputs import WriteFault
-from wellfed.train import checkpoint
-from wellfed.train.state import Best, TrainState
+from wellfed.train.checkpoints import checkpoint
+from wellfed.train.checkpoints.state import Best, TrainState
 
 FULL = ("it is full ([Errno 28] No space left on device); free some space (what each run keeps "
         "and how to remove it: README, \"Faults and resume\")")
@@ -29,7 +29,7 @@ AT_STEP_3 = TrainState(Best("val/loss"), step=3)
 
 
 def setup(width: int = 256) -> SimpleNamespace:
-    """What checkpoint.save takes from train/setup.py's Setup: a model with its optimizer,
+    """What checkpoint.save takes from train/step/setup.py's Setup: a model with its optimizer,
     schedule and scaler (AdamW, after one step: its state is twice the weights)."""
     model = torch.nn.Linear(width, width)
     optimizer = torch.optim.AdamW(model.parameters())

@@ -1,8 +1,8 @@
-"""The compiled-per-shape forward of train/fusion.py on this CPU, with a counting backend in place
-of inductor (inductor compiled a 2-layer model for 148 s here; the real kernels and their
+"""The compiled-per-shape forward of train/step/fusion.py on this CPU, with a counting backend in
+place of inductor (inductor compiled a 2-layer model for 148 s here; the real kernels and their
 capture are tests/gpu/test_cuda_fusion.py): the planned step runs through it, compiles once per
-shape and not again, learns what the plain planned step learns, and keys its cache folder by
-the model, the shapes and the versions."""
+shape and not again, learns what the plain planned step learns, and keys its cache folder by the
+model, the shapes and the versions."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import torch
 from tests.train.test_graphs import CPU, planned_setup, task_file
 from wellfed.telemetry.meter import StepMeter
 from wellfed.telemetry.peak import Peak
-from wellfed.train import fusion
-from wellfed.train.feeding import feed
-from wellfed.train.step import train_step
+from wellfed.train.step import fusion
+from wellfed.train.step.feeding import feed
+from wellfed.train.step.step import train_step
 
 
 def test_the_cache_key_follows_model_shapes_precision_mode_and_versions(monkeypatch):

@@ -1,4 +1,4 @@
-"""The planned step's flat gradient buffers (train/gradients.py): every trainable gradient is a
+"""The planned step's flat gradient buffers (train/step/gradients.py): every trainable gradient is a
 view into them and stays one through backward, zeroing, AdamW and a planned step; the
 all-reduce gives each rank the mean of the ranks' gradients (two gloo processes on this CPU);
 the update's capture is kept only where every rank made one (graphs.update); setup refuses a
@@ -22,10 +22,10 @@ from tests.train.test_graphs import planned_setup, task_file
 from wellfed.config import TrainConfig
 from wellfed.telemetry.meter import StepMeter
 from wellfed.telemetry.peak import Peak
-from wellfed.train import gradients
-from wellfed.train.feeding import feed
-from wellfed.train.setup import planned_group, setup
-from wellfed.train.step import train_step
+from wellfed.train.step import gradients
+from wellfed.train.step.feeding import feed
+from wellfed.train.step.setup import planned_group, setup
+from wellfed.train.step.step import train_step
 
 CPU = torch.device("cpu")
 
@@ -160,7 +160,7 @@ def captured_update(model, flat, rank: int, made: tuple[int, ...],
     and then no rank may try. Returns the update graph this rank kept."""
     from types import SimpleNamespace
 
-    from wellfed.train import graphs
+    from wellfed.train.step import graphs
 
     class Graph:  # what a capture returns; a replay runs the update eagerly here
         def __init__(self, work):

@@ -1,4 +1,4 @@
-"""The planned step on CPU (train/graphs.py without the capture, which needs a GPU: tests/gpu):
+"""The planned step on CPU (train/step/graphs.py without the capture, which needs a GPU: tests/gpu):
 filler rows carry no loss and no gradient for every task, the shape plan learns exactly what the
 dynamic step learns, train.cuda_graphs picks the path it says, and an out-of-memory halving
 starts the shapes afresh."""
@@ -17,11 +17,11 @@ from wellfed.data.token_files import TokenBatch, TokenFile, write_token_file
 from wellfed.model import load_model
 from wellfed.telemetry.meter import StepMeter
 from wellfed.telemetry.peak import Peak
-from wellfed.train import graphs
-from wellfed.train.feeding import feed
-from wellfed.train.setup import setup
-from wellfed.train.step import train_step
-from wellfed.train.validation import evaluate_split
+from wellfed.train.step import graphs
+from wellfed.train.step.feeding import feed
+from wellfed.train.step.setup import setup
+from wellfed.train.step.step import train_step
+from wellfed.train.step.validation import evaluate_split
 
 CPU = torch.device("cpu")
 K = 3  # labels or targets of the multi-label and regression files

@@ -1,9 +1,9 @@
-"""When the train stage trains in its own process (train/local.py) and when on Ray Train."""
+"""When the train stage trains in its own process (train/run/local.py) and when on Ray Train."""
 
 import pytest
 
 from wellfed.config import load_section
-from wellfed.train import preflight
+from wellfed.train.run import preflight
 
 
 @pytest.mark.parametrize("ray, env, expected", [

@@ -10,9 +10,9 @@ from wellfed.data.token_files import TokenFile
 from wellfed.model import load_model
 from wellfed.telemetry.meter import StepMeter
 from wellfed.telemetry.peak import Peak
-from wellfed.train.feeding import micro_batches
-from wellfed.train.setup import setup
-from wellfed.train.step import train_step
+from wellfed.train.step.feeding import micro_batches
+from wellfed.train.step.setup import setup
+from wellfed.train.step.step import train_step
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -38,7 +38,7 @@ def test_loader_processes_feed_exactly_what_inline_gathering_feeds(token_file, w
 def test_loader_processes_outlive_a_signal_to_the_process_group(token_file):
     """SIGTERM/SIGINT sent to `dvc repro`'s group reach the loader processes too (in-process
     training: they are the stage's children); the run must still finish its step and checkpoint
-    (train/preemption.py), so they ignore both."""
+    (train/checkpoints/preemption.py), so they ignore both."""
     import os
     import signal
 
@@ -87,7 +87,7 @@ def test_loss_and_update_do_not_depend_on_how_the_global_batch_is_split(token_fi
 
 
 def test_consecutive_non_finite_losses_are_counted_across_reports():
-    from wellfed.train.loop import count_bad
+    from wellfed.train.step.loop import count_bad
 
     nan, inf = float("nan"), float("inf")
     assert count_bad(0, [0.5, nan, inf]) == 2
@@ -97,7 +97,7 @@ def test_consecutive_non_finite_losses_are_counted_across_reports():
 
 def test_preflight_refuses_what_this_machine_cannot_do(monkeypatch):
     from wellfed.config import RayConfig
-    from wellfed.train.preflight import devices as preflight
+    from wellfed.train.run.preflight import devices as preflight
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
@@ -111,7 +111,7 @@ def test_preflight_refuses_what_this_machine_cannot_do(monkeypatch):
 def test_a_worker_failure_becomes_one_line_naming_the_cause():
     from ray.train.v2.api.exceptions import WorkerGroupError
 
-    from wellfed.train.failures import worker_failure
+    from wellfed.train.run.failures import worker_failure
 
     err = WorkerGroupError("Traceback ...\nRuntimeError: boom", {
         1: RuntimeError("Traceback (most recent call last):\n  ...\nloss was not finite for 3 "

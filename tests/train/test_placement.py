@@ -1,4 +1,4 @@
-"""Trials placed by Ray (train/placement.py) on a local Ray that declares 2 logical GPUs: whole
+"""Trials placed by Ray (train/run/placement.py) on a local Ray that declares 2 logical GPUs: whole
 GPUs go to at most two trials at once, each its own CUDA_VISIBLE_DEVICES, a third waits in
 Ray's queue and says so; shares of 0.5 run four at once. The trials here are stand-ins that say
 where they run and wait until the test lets them go (the pipeline's own trials:
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from wellfed.train import placement
+from wellfed.train.run import placement
 
 
 @pytest.fixture(scope="module")

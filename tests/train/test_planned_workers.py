@@ -26,7 +26,7 @@ STEPS = 30
 
 def job_for(tokens: Path, model_dir: Path):
     from wellfed.config import DataConfig, ModelConfig, TrainConfig
-    from wellfed.train.loop import TrainJob
+    from wellfed.train.step.loop import TrainJob
 
     # 256 train rows, batch 32: 8 steps an epoch, 4 epochs planned, 30 taken. No validation
     # or checkpoint before the last step; warmup and decay so the learning rate moves.
@@ -41,7 +41,7 @@ def job_for(tokens: Path, model_dir: Path):
 def run_loop(rank: int, world: int, tokens: str, model_dir: str, out: str) -> None:
     """One copy of the loop (what every Ray worker runs), writing its per-step losses, the
     step path it took and the final checkpoint's weights to `out`.rank."""
-    from wellfed.train.loop import Place, train
+    from wellfed.train.step.loop import Place, train
 
     tokens, model_dir = Path(tokens), Path(model_dir)
     torch.set_num_threads(1)
@@ -55,7 +55,7 @@ def run_loop(rank: int, world: int, tokens: str, model_dir: str, out: str) -> No
         if directory is not None:
             seen["weights"] = torch.load(directory / "model.pt")
 
-    def no_ddp(model):  # train/loop.py must not wrap the planned path
+    def no_ddp(model):  # train/step/loop.py must not wrap the planned path
         raise AssertionError("the planned path was wrapped in DDP")
 
     try:

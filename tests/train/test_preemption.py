@@ -1,7 +1,7 @@
-"""Stopping, without a pipeline: the signal handlers that turn SIGTERM/SIGINT into a checkpoint
-and one line (train/preemption.py), the SLURM batch script that forwards SLURM's SIGTERM and
-requeues, and the global batches that let a resume change the worker count. The same faults
-through `dvc repro` are tests/e2e/test_preemption.py."""
+"""Stopping, without a pipeline: the signal handlers that turn SIGTERM/SIGINT into a checkpoint and
+one line (train/checkpoints/preemption.py), the SLURM batch script that forwards SLURM's SIGTERM and
+requeues, and the global batches that let a resume change the worker count. The same faults through
+`dvc repro` are tests/e2e/test_preemption.py."""
 
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def send_when_caught(*signums: int, gap: float = 0.2) -> None:
 
 def test_a_signal_asks_the_workers_to_stop_and_names_their_checkpoint(handlers, capsys):
     from wellfed import watchdog
-    from wellfed.train.preemption import Stopped, run_stoppable
+    from wellfed.train.checkpoints.preemption import Stopped, run_stoppable
 
     requested = threading.Event()
     send_when_caught(signal.SIGTERM)
@@ -99,7 +99,7 @@ def test_a_signal_asks_the_workers_to_stop_and_names_their_checkpoint(handlers, 
 def test_the_same_signal_again_at_once_is_the_same_request_said_in_one_line(handlers, capsys):
     """A signal to dvc's process group and a copy forwarded by a script land together: one
     stop, not "stop at once" (which lost the steps since the last periodic checkpoint)."""
-    from wellfed.train.preemption import Stopped, run_stoppable
+    from wellfed.train.checkpoints.preemption import Stopped, run_stoppable
 
     asked = []
     done = threading.Event()
@@ -126,7 +126,7 @@ def test_dvc_gone_while_stopping_is_the_same_request(handlers, capsys):
     """The watchdog's in-process request (wellfed/watchdog.py), as when dvc dies of the SIGTERM
     sent to its group: no second signal, one line, the stop goes on."""
     from wellfed import watchdog
-    from wellfed.train.preemption import Stopped, run_stoppable
+    from wellfed.train.checkpoints.preemption import Stopped, run_stoppable
 
     asked = []
     done = threading.Event()
@@ -152,7 +152,7 @@ def test_dvc_gone_while_stopping_is_the_same_request(handlers, capsys):
 
 def test_dvc_gone_alone_stops_as_on_sigterm(handlers, capsys):
     from wellfed import watchdog
-    from wellfed.train.preemption import Stopped, run_stoppable
+    from wellfed.train.checkpoints.preemption import Stopped, run_stoppable
 
     requested = threading.Event()
 
@@ -173,7 +173,7 @@ def test_dvc_gone_alone_stops_as_on_sigterm(handlers, capsys):
 
 AT_ONCE = """
 import os, signal, sys, threading, time
-from wellfed.train import preemption
+from wellfed.train.checkpoints import preemption
 
 preemption.DUPLICATE_S = 0.2  # the test's own: the second signal comes after it
 preemption.KILLED_WAIT_S = 1.0
@@ -231,7 +231,7 @@ def test_another_signal_is_never_the_same_request_and_a_hung_tracker_is_not_wait
 def test_a_signal_during_the_last_step_still_stops_after_it(handlers):
     """The stop is honoured: the final checkpoint exists, and the stage stops (128 + signal),
     so dvc does not go on to evaluate; the rerun exports the model from that checkpoint."""
-    from wellfed.train.preemption import Stopped, run_stoppable
+    from wellfed.train.checkpoints.preemption import Stopped, run_stoppable
 
     requested = threading.Event()
     send_when_caught(signal.SIGINT)
@@ -245,7 +245,7 @@ def test_a_signal_during_the_last_step_still_stops_after_it(handlers):
 
 
 def test_without_a_signal_the_handlers_are_given_back(handlers):
-    from wellfed.train.preemption import run_stoppable
+    from wellfed.train.checkpoints.preemption import run_stoppable
 
     before = signal.getsignal(signal.SIGINT)
     assert run_stoppable(lambda: 42, threading.Event().set, lambda: None, 76) == 42

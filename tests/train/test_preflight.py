@@ -1,4 +1,4 @@
-"""The train stage's checks before anything trains (train/preflight.py, driver.fit): a folder
+"""The train stage's checks before anything trains (train/run/preflight.py, driver.fit): a folder
 the run would write into that refuses files, or lacks room for what the run will put there,
 stops it with the folder's one line before an MLflow run opens or a step runs; a validation
 split that cannot pick a checkpoint is said before training; and an MLflow run that no run
@@ -18,8 +18,8 @@ from tests.conftest import random_token_files
 from wellfed.config import DataConfig, ModelConfig, RayConfig, TrainConfig
 from wellfed.data.token_files import TokenBatch, TokenFile, write_token_file
 from wellfed.outputs import WriteFault
-from wellfed.train import driver, mlflow_run, runs
-from wellfed.train.loop import TrainJob
+from wellfed.train.run import driver, mlflow_run, runs
+from wellfed.train.step.loop import TrainJob
 
 
 @pytest.fixture(scope="module")
@@ -141,12 +141,12 @@ def test_a_new_mlflow_run_no_run_file_can_name_is_deleted(job, tmp_path, monkeyp
 
 def test_a_run_completed_after_its_dvc_had_gone_is_handed_back_not_trained_again(
         job, tmp_path, monkeypatch):
-    """train/orphan.py: a completion whose dvc had gone (watchdog.orphaned) keeps a copy of its
+    """train/run/orphan.py: a completion whose dvc had gone (watchdog.orphaned) keeps a copy of its
     outputs and a digest of its inputs; a rerun with the same inputs, whose outputs dvc removed
     first, gets them back and `Recorded` (the stage says so and exits 0: dvc records them).
     Changed params, a completion dvc saw, or no whole copy: the run is cleared and trains."""
     from wellfed import watchdog
-    from wellfed.train import orphan
+    from wellfed.train.run import orphan
 
     storage, params = str(tmp_path / "ckpt"), {"train.lr": 1e-4, "ray.num_workers": 1}
     model, reports = tmp_path / "data" / "model", tmp_path / "data" / "train"

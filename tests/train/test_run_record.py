@@ -1,11 +1,11 @@
-"""data/train/run.json (wellfed/train/run_record.py): evaluate appends to the MLflow run it
+"""data/train/run.json (wellfed/train/outputs/run_record.py): evaluate appends to the MLflow run it
 names only when data/model is the model that run exported; else, or without one, one line."""
 
 from __future__ import annotations
 
 import pytest
 
-from wellfed.train import run_record
+from wellfed.train.outputs import run_record
 
 
 def test_a_record_is_read_back_for_its_own_model_only(tmp_path):

@@ -1,6 +1,7 @@
 """Best checkpoint and early stopping, in-process with the tiny model: a planted validation curve
 (the loop's `evaluate_split` replaced by a script), checkpoints persisted and pruned by wellfed's
-store (train/store.py) as both engines prune them, then chosen by the driver and exported."""
+store (train/checkpoints/store.py) as both engines prune them, then chosen by the driver and
+exported."""
 
 from __future__ import annotations
 
@@ -13,10 +14,13 @@ import torch
 
 from tests.conftest import random_token_files
 from wellfed.config import DataConfig, ModelConfig, TrainConfig, load_section
-from wellfed.train import checkpoint, driver, export, loop, reports, retention, selection
-from wellfed.train.loop import Place, TrainJob, train
-from wellfed.train.state import Best
-from wellfed.train.store import Store
+from wellfed.train.checkpoints import checkpoint, retention
+from wellfed.train.checkpoints.state import Best
+from wellfed.train.checkpoints.store import Store
+from wellfed.train.outputs import export, reports
+from wellfed.train.run import driver, placement, ray_train
+from wellfed.train.step import loop, selection
+from wellfed.train.step.loop import Place, TrainJob, train
 
 CPU = Place(torch.device("cpu"))
 
@@ -208,7 +212,8 @@ def test_fit_refuses_a_wrong_select_metric_before_ray_starts(job, tmp_path, monk
     from wellfed.config import RayConfig
 
     monkeypatch.setattr(driver, "local_token_auth", lambda cfg: None)  # no env side effect
-    monkeypatch.setattr(driver, "connect", lambda cfg: pytest.fail("Ray was started"))
+    monkeypatch.setattr(ray_train, "connect", lambda cfg: pytest.fail("Ray was started"))
+    monkeypatch.setattr(placement, "connect", lambda cfg: pytest.fail("Ray was started"))
     monkeypatch.setattr(driver, "open_run", lambda *a: pytest.fail("training began"))  # in-process
     with pytest.raises(ValueError, match="not a validation figure of this single_label task"):
         driver.fit(tokens_dir=job.tokens_dir, model_source=job.model_source, labels=["a", "b"],
@@ -231,7 +236,7 @@ def test_the_chosen_step_is_printed_and_logged_to_mlflow(job, tmp_path, capsys):
     import mlflow
 
     from wellfed.track import tracking
-    from wellfed.train.store import Entry
+    from wellfed.train.checkpoints.store import Entry
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     run_id = tracking.start_run(uri, "best", "r")

@@ -1,6 +1,6 @@
-"""wellfed's checkpoint store (train/store.py) on its properties: written whole or not at all,
-checked against its manifest before a resume, damage said in one line, retention, completion;
-then the driver resuming across damage, in-process and (marked e2e) on Ray Train."""
+"""wellfed's checkpoint store (train/checkpoints/store.py) on its properties: written whole or not
+at all, checked against its manifest before a resume, damage said in one line, retention,
+completion; then the driver resuming across damage, in-process and (marked e2e) on Ray Train."""
 
 from __future__ import annotations
 
@@ -16,10 +16,11 @@ import torch
 from tests.conftest import random_token_files
 from wellfed.config import DataConfig, ModelConfig, RayConfig, TrainConfig
 from wellfed.outputs import WriteFault
-from wellfed.train import checkpoint, driver, retention
-from wellfed.train.loop import TrainJob
+from wellfed.train.checkpoints import checkpoint, retention
+from wellfed.train.run import driver
+from wellfed.train.step.loop import TrainJob
 from wellfed.disk import link_tree
-from wellfed.train.store import Entry, Store
+from wellfed.train.checkpoints.store import Entry, Store
 
 
 def fake_checkpoint(folder: Path, step: int, size: int = 1000) -> Path:

@@ -12,8 +12,8 @@ import torch
 
 from wellfed.config import DataConfig, ModelConfig, TrainConfig
 from wellfed.data.token_files import TokenBatch, write_token_file
-from wellfed.train import checkpoint
-from wellfed.train.loop import Place, TrainJob, train
+from wellfed.train.checkpoints import checkpoint
+from wellfed.train.step.loop import Place, TrainJob, train
 
 CPU = Place(torch.device("cpu"))
 

@@ -42,7 +42,7 @@ class RayConfig:
     """How Ray places workers: PACK fills a node first, SPREAD puts them on different nodes."""
     in_process: Literal["auto", "false"] = "auto"
     """auto = one worker and no cluster address trains in the stage's own process, without
-    Ray Train's start and stop (train/local.py); false = always on Ray Train (worker restarts
+    Ray Train's start and stop (train/run/local.py); false = always on Ray Train (worker restarts
     on failure: max_failures)."""
 
     def problems(self) -> list[str]:

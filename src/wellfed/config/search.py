@@ -16,11 +16,14 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
+from wellfed.config.fields import build
 from wellfed.config.numbers import number
+from wellfed.config.training import ModelConfig, TrainConfig
 
 KINDS = ("log_uniform", "uniform", "int", "choice")
-SEARCHABLE = ("train", "model")
-"""The sections a search draws recipes from; their other knobs stay as params.yaml says."""
+SEARCHABLE: dict[str, type] = {"train": TrainConfig, "model": ModelConfig}
+"""The sections a search draws recipes from, by name; their other knobs stay as params.yaml
+says."""
 FIXED = {
     "train.max_steps": "the budget is search.min_steps / search.max_steps",
     "train.epochs": "the budget is search.min_steps / search.max_steps",
@@ -145,14 +148,18 @@ class SearchConfig:
     """train.seed of the final check's runs (each finalist is trained once per seed)."""
     searcher_seed: int = 0
     """Seed of the TPE searcher: the same seed, space and results propose the same recipes."""
+    fuse: str = "auto"
+    """Train trials fused (K trials of the model as one, train/trials/) with successive halving
+    in step: auto = where the space allows it (it searches only train.lr, weight_decay,
+    warmup_ratio, max_grad_norm) and the device gains (a GPU; on a CPU a measured step), else
+    one trial at a time with ASHA, said in one line; true = fused or a one-line error; false =
+    one at a time with ASHA."""
 
     def dimensions(self) -> list[Dimension]:
         """The space as Dimensions, in params.yaml's order (assumes `problems()` is empty)."""
-        from wellfed.config.sections import SECTIONS
-
         out = []
         for section, keys in (self.space or {}).items():
-            hints = typing.get_type_hints(SECTIONS[section])
+            hints = typing.get_type_hints(SEARCHABLE[section])
             for key, spec in keys.items():
                 out.append(parse(f"{section}.{key}", spec, hints[key])[0])
         return out
@@ -192,6 +199,8 @@ class SearchConfig:
         elif self.finalists >= 2 and len(seeds) < 2:
             out.append(f"search.seeds lists {len(seeds)} seed: telling two recipes apart over "
                        "seeds needs at least 2 (3 is the default)")
+        if self.fuse not in ("auto", "true", "false"):
+            out.append(f"search.fuse must be auto, true or false; got {self.fuse!r}")
         if self.finalists < 1:
             out.append(f"search.finalists must be >= 1 (2 = the winner against the runner-up); "
                        f"got {self.finalists}")
@@ -204,9 +213,6 @@ class SearchConfig:
         return out
 
     def _space_problems(self) -> list[str]:
-        from wellfed.config.loading import load_section
-        from wellfed.config.sections import SECTIONS
-
         if not isinstance(self.space, dict):
             return [f"search.space must map sections to keys, e.g. train: {{lr: log_uniform "
                     f"1e-5 3e-4}}; got {self.space!r}"]
@@ -217,7 +223,7 @@ class SearchConfig:
                            f"{' and '.join(SEARCHABLE)} sections, as a mapping of key to "
                            f"distribution (e.g. train: {{lr: log_uniform 1e-5 3e-4}})")
                 continue
-            cls = SECTIONS[section]
+            cls = SEARCHABLE[section]
             hints = typing.get_type_hints(cls)
             known = {f.name for f in dataclasses.fields(cls)}
             for key, spec in keys.items():
@@ -236,7 +242,7 @@ class SearchConfig:
                     continue
                 for value in dim.edges():  # the section's own rules, on what can be drawn
                     try:
-                        load_section({section: {key: value}}, section)
+                        build(cls, section, {key: value})
                     except ValueError as err:
                         out.append(f"search.space.{name} can draw {value!r}, which "
                                    f"{section} refuses: "

@@ -74,7 +74,7 @@ class TrainConfig:
     micro_batch_tokens: int | str = 0
     """Most tokens (padding included) in one forward pass; 0 = bound by rows only. auto = on a
     GPU, the most that fits with headroom, found by a probe before training at the longest row
-    (train/autobatch.py; the smallest over workers); on CPU, 0. Whatever is set, a CUDA
+    (train/step/autobatch.py; the smallest over workers); on CPU, 0. Whatever is set, a CUDA
     out-of-memory error in a step halves the budget and redoes the step (one worker only)."""
     max_grad_norm: float = 1.0
     """Clip the global gradient norm to this (0 = no clipping)."""
@@ -147,7 +147,7 @@ class TrainConfig:
     """Checkpoints kept while the run trains: all, or the N newest plus the best (train.select:
     best); the newest always stays, a resume starts from it. Once the run completes, only the
     exported one stays, without optimizer state, its weights hard links to the MLflow model's
-    files where both are on one local filesystem (train/store.py). Not part of the run's
+    files where both are on one local filesystem (train/checkpoints/store.py). Not part of the run's
     identity: changing it resumes an interrupted run."""
 
     def profile_range(self) -> tuple[int, int] | None:

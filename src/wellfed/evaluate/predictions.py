@@ -76,8 +76,8 @@ def predict_exported(model, data: TokenFile, pad_id: int, task: str, desc: str,
 
 
 def from_training(path, data: TokenFile) -> np.ndarray | None:
-    """The exported model's outputs on `data` (the validation split) as the train stage wrote
-    them (train/export.py write_validation_outputs), or None when it wrote none or they are not
+    """The exported model's outputs on `data` (the validation split) as the train stage wrote them
+    (train/outputs/export.py write_validation_outputs), or None when it wrote none or they are not
     these rows."""
     try:
         saved = np.load(path)

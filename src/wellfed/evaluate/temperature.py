@@ -259,7 +259,7 @@ def calibrate_model(model_dir: Path, data, pad_id: int, task: str, mode: str,
     """Fit temperatures on the validation token file `data` for the exported model in
     `model_dir` and, as train.calibrate `mode` decides, fold them into its weights there.
     `threshold`: the multi-label decision threshold on the model's scores as they are.
-    `model` and its validation `logits`, when the caller has them (train/export.py): not
+    `model` and its validation `logits`, when the caller has them (train/outputs/export.py): not
     loaded and predicted again."""
     off = {"method": "none"}
     if task == "regression":

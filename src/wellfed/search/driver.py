@@ -13,7 +13,7 @@ from pathlib import Path
 from wellfed.config import (DataConfig, MlflowConfig, ModelConfig, RayConfig, SearchConfig,
                             TrainConfig, flatten)
 from wellfed.outputs import write_json
-from wellfed.search import console, edges, proof, report, space, story, tuning
+from wellfed.search import console, edges, fused, halving, proof, report, space, story, tuning
 from wellfed.search.rungs import Rungs, milestones, validation_steps
 from wellfed.search.trial import Setting
 
@@ -37,8 +37,8 @@ def plan(search_cfg: SearchConfig, train_cfg: TrainConfig, model_cfg: ModelConfi
     """The ranked metric (one line naming search.metric when the task has no such figure), the
     full budget and its rungs, and the search's id and folder."""
     from wellfed.data.token_files import TokenFile
-    from wellfed.train.selection import LOWER_IS_BETTER, val_keys
-    from wellfed.train.setup import total_steps
+    from wellfed.train.step.selection import LOWER_IS_BETTER, val_keys
+    from wellfed.train.step.setup import total_steps
     from wellfed.tasks import HEADLINE
 
     task = meta.get("task", "single_label")
@@ -74,7 +74,7 @@ def run(search_cfg: SearchConfig, train_cfg: TrainConfig, model_cfg: ModelConfig
 
     from wellfed.cluster import connect, local_token_auth
     from wellfed.track.tracking import tracking_uri
-    from wellfed.train import preemption
+    from wellfed.train.checkpoints import preemption
 
     p = plan(search_cfg, train_cfg, model_cfg, tokens, meta, root)
     p.folder.mkdir(parents=True, exist_ok=True)
@@ -95,8 +95,10 @@ def run(search_cfg: SearchConfig, train_cfg: TrainConfig, model_cfg: ModelConfig
     client = mlflow.MlflowClient(uri)
     try:
         setting, need = placed(p, train_cfg, model_cfg, data_cfg, ray_cfg, tokens, meta)
-        _say_start(search_cfg, p, parent, need, options)
-        found = _search_phase(search_cfg, setting, p, need, uri, parent)
+        k = _group_size(search_cfg, setting, client, parent, p.folder)
+        _say_start(search_cfg, p, parent, need, options, k)
+        found = (halving.search_phase(search_cfg, setting, p, uri, parent, k) if k else
+                 _search_phase(search_cfg, setting, p, need, uri, parent))
         if found.interrupted:
             return _stopped(client, parent, found.interrupted, p)
         reports, configs = _finished(p.folder, "search")
@@ -105,7 +107,8 @@ def run(search_cfg: SearchConfig, train_cfg: TrainConfig, model_cfg: ModelConfig
             raise ValueError(f"no trial of search {p.search_id} reported {p.metric}: see the "
                              f"failed child runs under MLflow parent run {parent}")
         chosen = proof.finalists(ranked, search_cfg.finalists)
-        checked = _proof_phase(search_cfg, setting, p, need, uri, parent, chosen)
+        checked = (halving.proof_phase(search_cfg, setting, p, uri, parent, chosen, k) if k
+                   else _proof_phase(search_cfg, setting, p, need, uri, parent, chosen))
         if checked.interrupted:
             return _stopped(client, parent, checked.interrupted, p)
     finally:
@@ -138,9 +141,12 @@ def run(search_cfg: SearchConfig, train_cfg: TrainConfig, model_cfg: ModelConfig
     return result
 
 
-def _say_start(cfg: SearchConfig, p: Plan, parent: str, need: dict, options: str) -> None:
-    """The start line (what, how many at once, where), and a resume's count of what is kept."""
-    at, why = console.at_once(cfg.concurrent, need, cfg.trials)
+def _say_start(cfg: SearchConfig, p: Plan, parent: str, need: dict, options: str,
+               k: int = 0) -> None:
+    """The start line (what, how many at once, where), and a resume's count of what is kept
+    (fused trials, `k` per group, say their own)."""
+    at, why = (k, "fused trials: one group trains them in one step") if k else \
+        console.at_once(cfg.concurrent, need, cfg.trials)
     log = console.ray_tune_to_log(p.folder)
     print(f"[wellfed] search {p.search_id}: {cfg.trials} trials, {at} at once ({why})"
           + (f", sized by {options}" if options else "") + " over "
@@ -150,7 +156,7 @@ def _say_start(cfg: SearchConfig, p: Plan, parent: str, need: dict, options: str
           f"{log.name}, each trial's output: {console.TRIAL_LOGS}/); MLflow parent run {parent}",
           flush=True)
     said = console.resumed(p.folder, cfg.trials, cfg.finalists * len(cfg.seeds))
-    if said:
+    if said and not k:  # fused: halving.search_phase says it
         print(f"[wellfed] {said}", flush=True)
 
 
@@ -159,7 +165,7 @@ def placed(p: Plan, train_cfg: TrainConfig, model_cfg: ModelConfig, data_cfg: Da
     """What every trial shares, and what Ray gives each (after `connect`): ray.cpus_per_worker
     CPUs, and ray.gpus_per_worker of a GPU where the cluster has GPUs (ray.use_gpu)."""
     from wellfed.cluster import described, live_nodes
-    from wellfed.train.preflight import wants_gpu
+    from wellfed.train.run.preflight import wants_gpu
 
     nodes = live_nodes()
     if len(nodes) > 1 and not ray_cfg.storage_path:
@@ -173,6 +179,37 @@ def placed(p: Plan, train_cfg: TrainConfig, model_cfg: ModelConfig, data_cfg: Da
                    ray_cfg.cpus_per_worker, use_gpu, story.finished(p.folder),
                    *_staged(ray_cfg, tokens),
                    log_dir=str((p.folder / console.TRIAL_LOGS).resolve())), need
+
+
+def _group_size(cfg: SearchConfig, setting: Setting, client, parent: str,
+                folder: Path) -> int:
+    """K, the trials per fused group (0: one at a time with ASHA), chosen on the device a group
+    gets (a Ray task), printed and recorded on the parent run; a resumed search keeps its K."""
+    if not fused.fused(cfg, setting):
+        return 0
+    import ray
+
+    kept = folder / "fused.json"
+    if kept.is_file():
+        chosen = json.loads(kept.read_text())
+        k, reason = int(chosen["k"]), chosen["reason"] + " (chosen when the search began)"
+    else:
+        need, threads = fused.place_group(setting)
+        wanted = min(cfg.trials, fused.SIZING_TRIALS)
+        choice = ray.get(ray.remote(fused.size).options(**need).remote(setting, wanted,
+                                                                       threads))
+        k, reason = choice.trials, choice.reason
+        if k == 1 and cfg.fuse == "true":  # asked for by name: fused, the smallest useful K
+            k, reason = min(cfg.trials, 4), reason + "; search.fuse true: fused anyway"
+        write_json(kept, {"k": k, "reason": reason})
+        client.set_tag(parent, "wellfed.search.fused", f"K={k}: {reason}")
+        client.log_param(parent, "search.fused_trials", k if k > 1 else 0)
+    if k == 1:
+        print(f"[wellfed] trials one at a time with ASHA: {reason}", flush=True)
+        return 0
+    print(f"[wellfed] fused trials: {k} per group, successive halving in step ({reason})",
+          flush=True)
+    return k
 
 
 def _env_address() -> str:
@@ -192,7 +229,7 @@ def _staged(ray_cfg: RayConfig, tokens: Path) -> tuple[str | None, str | None]:
     if not ray_cfg.storage_path:
         return None, None
     from wellfed.data import staging
-    from wellfed.train.runs import file_digest
+    from wellfed.train.run.runs import file_digest
 
     digest = file_digest([tokens / "train.arrow", tokens / "validation.arrow"])
     uri, sent = staging.upload(tokens, ray_cfg.storage_path, digest)

@@ -1,4 +1,4 @@
-"""One search trial: the ordinary training loop (train/loop.py) in a warm Ray Tune worker,
+"""One search trial: the ordinary training loop (train/step/loop.py) in a warm Ray Tune worker,
 reporting to Tune at its rungs.
 
 Warm: Tune reuses each worker process from one trial to the next (`reuse_actors`), so a trial
@@ -107,8 +107,8 @@ def train(recipe: dict, seed: int | None, phase: str, setting: Setting, send,
     goes to `send(report)`. Plain function: the tests and the benchmark call it without Tune."""
     import torch
 
-    from wellfed.train.loop import Place, TrainJob
-    from wellfed.train.loop import train as loop_train
+    from wellfed.train.step.loop import Place, TrainJob
+    from wellfed.train.step.loop import train as loop_train
 
     started = time.perf_counter() if started is None else started
     train_cfg, model_cfg = space.applied(recipe, setting.train, setting.model)

@@ -33,6 +33,7 @@ version on another split makes that split the one to judge by.
 from __future__ import annotations
 
 import math
+import shlex
 from dataclasses import dataclass
 
 from wellfed.track.registry import (EXCLUDE, METRIC, PREVIOUS, REASON, SPLIT, SPLIT_NAME, VALUE,
@@ -47,6 +48,9 @@ and doubling (6.4 s in all). Two evaluations released together on a loaded 2-cor
 refused, on sqlite, as TEMPORARILY_UNAVAILABLE (two transactions that each read before writing:
 one is refused at once, whatever the busy timeout) and as a UNIQUE constraint on a version tag
 (MLflow sets a tag by reading, then inserting: both inserted the same new tag)."""
+ROLE_REFUSAL = "moves only for the role"
+"""What the team store's server answers (403) when this login may not move a protected alias
+(track/store_access.py)."""
 COLLISIONS = ("UNIQUE constraint failed", "duplicate key value", "IntegrityError")
 """What sqlite and PostgreSQL say (also through a tracking server) when two writers inserted
 the same row."""
@@ -103,6 +107,9 @@ class Verdict:
     """The holder when this evaluation first looked."""
     reason: str
     """The version's reason, without its `@alias: ` / `not @alias: ` head."""
+    refused: str = ""
+    """Why the tracking server refused to move the alias (a team store whose role `champion`
+    this login lacks, docs/team.md#access); empty when nothing was refused."""
 
     @property
     def moved(self) -> bool:
@@ -112,6 +119,12 @@ class Verdict:
     def line(self) -> str:
         """The console line: where the alias points now, and why."""
         uri = f"models:/{self.name}@{self.alias}"
+        if self.refused:
+            where = f"stays version {self.holder}" if self.holder else "is not set"
+            return (f"{uri} {where}: the tracking server refused to move it ({self.refused}); "
+                    f"version {self.version} is scored, and the next evaluation by the role "
+                    f"'champion' ranks it (or, as one: python -m wellfed.track.champion "
+                    f"{shlex.quote(self.name)} {shlex.quote(self.alias)})")
         if self.moved:
             return f"{uri} -> version {self.version}: {self.reason}"
         if self.holder is None:
@@ -279,6 +292,7 @@ def promote(uri: str, name: str, version: str | int, alias: str, metric: str, va
     """Record what `version` scored, then settle the alias and the words (module docstring);
     return where `version` stands."""
     import mlflow
+    from mlflow.exceptions import MlflowException
 
     client = mlflow.MlflowClient(uri)
     version = str(version)
@@ -286,7 +300,39 @@ def promote(uri: str, name: str, version: str | int, alias: str, metric: str, va
                       (SPLIT_NAME, split_name)):
         patiently(lambda: client.set_model_version_tag(name, version, key, text))
     first: list[Standing] = []  # where the alias was when this evaluation first looked
-    settled = patiently(lambda: settle(client, name, alias, first))
+    try:
+        settled = patiently(lambda: settle(client, name, alias, first))
+    except MlflowException as err:
+        if ROLE_REFUSAL not in str(err):
+            raise
+        why = str(err).split("Permission denied: ", 1)[-1].split(";")[0]
+        before = first[0].holder if first else None
+        words = plan(first[0], alias).reasons.get(version, "") if first else ""
+        return Verdict(name, version, alias, before, before, words, refused=why)
     words = settled.reasons[version]
     return Verdict(name, version, alias, settled.holder, first[0].holder,
                    words.removeprefix(f"@{alias}: ").removeprefix(f"not @{alias}: "))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m wellfed.track.champion NAME [ALIAS]`: settle ALIAS (default champion) of the
+    registered model NAME on the store MLFLOW_TRACKING_URI names, as `promote` does after an
+    evaluation: what a team store left unmoved for a login without the role `champion`."""
+    import sys
+
+    import mlflow
+
+    args = sys.argv[1:] if argv is None else argv
+    if not 1 <= len(args) <= 2:
+        print("usage: python -m wellfed.track.champion NAME [ALIAS]", file=sys.stderr)
+        return 2
+    name, alias = args[0], (args[1:] or ["champion"])[0]
+    client = mlflow.MlflowClient()
+    settled = patiently(lambda: settle(client, name, alias))
+    print(f"[wellfed] models:/{name}@{alias} is "
+          f"{'version ' + settled.holder if settled.holder else 'not set'}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -50,11 +50,11 @@ def register(uri: str, run_id: str, model_dir, name: str) -> dict:
     the two; return the record evaluate ranks it by (data/train/run.json): model_id,
     registered_model, model_version. What an interrupted attempt of the same run registered
     goes first (`unfinished`), so that a rerun leaves one version per run."""
-    from wellfed.use import serving
+    from wellfed.use import logged_model
 
     for line in remove_unfinished(uri, run_id, name):
         print(f"[wellfed] {line}", flush=True)
-    info, version = serving.log_model(uri, run_id, model_dir, name)
+    info, version = logged_model.log_model(uri, run_id, model_dir, name)
     link(uri, info.model_id, version.name, version.version)
     return {"model_id": info.model_id, "registered_model": version.name,
             "model_version": str(version.version)}
@@ -139,7 +139,7 @@ def mark_aliases(uri: str) -> dict[str, str]:
 
 def local_files(uri: str, model_id: str | None):
     """The folder on this machine holding the files of logged model `model_id` as it was
-    given them (serving.log_model's artifact `model`, a copy of data/model), or None: no model,
+    given them (logged_model.log_model's artifact `model`, a copy of data/model), or None: no model,
     or an artifact store elsewhere (a tracking server's, s3://...)."""
     import mlflow
 

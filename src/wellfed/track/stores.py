@@ -40,7 +40,7 @@ def check_store(uri: str, where: str) -> None:
     store that refuses connections or cannot reach its database may be restarting (a team
     server's deploy, PostgreSQL's restart): it gets up to `wait_s()` seconds, said in one line,
     before the error; a refusal of the credentials, the database or the host name is at once.
-    A local store (sqlite, a folder) is the stage preflight's (train/preflight.py)."""
+    A local store (sqlite, a folder) is the stage preflight's (train/run/preflight.py)."""
     import time
 
     scheme = urlsplit(uri).scheme.split("+")[0]
@@ -119,13 +119,52 @@ def server_line(uri: str, where: str, error: str) -> str:
         return (f"{head} the tracking server does not answer ({short(error)}); start it (`make "
                 f"team-store`, docs/team.md) or {fix_uri}")
     if "401" in error or "403" in error or "Unauthorized" in error or "Permission" in error:
-        return (f"{head} the tracking server refused these credentials; set "
-                "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN) "
-                "to an account of the server's")
+        return f"{head} {login_line(error)}"
     detail = error.strip().splitlines()[0][:300] if error.strip() else "no detail"
     return (f"{head} the tracking server answers but cannot serve runs ({detail}); check its "
             "database (is PostgreSQL up? the server's --backend-store-uri) and its log, then "
             "rerun")
+
+
+def login() -> tuple[str | None, str, bool]:
+    """Who MLflow's client logs in as: (user name, where it comes from, whether a password is
+    set). Its environment variables win over its credentials file (~/.mlflow/credentials), field
+    by field, as in MLflow's own client."""
+    from mlflow.utils.credentials import read_mlflow_creds
+
+    if os.environ.get("MLFLOW_TRACKING_TOKEN"):
+        return "(a token)", "MLFLOW_TRACKING_TOKEN", True
+    found = read_mlflow_creds()
+    source = ("MLFLOW_TRACKING_USERNAME" if os.environ.get("MLFLOW_TRACKING_USERNAME")
+              else "~/.mlflow/credentials")
+    return found.username, source, bool(found.password)
+
+
+def login_line(error: str, action: str = "read its runs") -> str:
+    """Why the server refused, in words: no login (401), a wrong one (401), or a login that may
+    not do `action` (403); and the fix."""
+    user, source, has_password = login()
+    access = "docs/team.md#access"
+    if "401" in error or "Unauthorized" in error or "not authenticated" in error:
+        if user is None or not has_password:
+            unset = "none is set" if user is None else f"'{user}' ({source}) has no password"
+            return (f"the tracking server asks for a login and {unset}; export "
+                    "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, or put them in "
+                    f"~/.mlflow/credentials (the store's admin makes accounts: {access})")
+        return (f"the tracking server refused the login of '{user}' ({source}): wrong user "
+                f"name or password; fix it, or ask the store's admin for an account ({access})")
+    who = f"'{user}' ({source})" if user else "this client (no login set)"
+    return (f"the tracking server answered 403: {who} may not {action}; ask the store's "
+            f"admin for access ({access})")
+
+
+def write_refusal(uri: str, experiment: str, error: str) -> str | None:
+    """The line for a tracking server that refused to open a run (401, 403: a team store's
+    reader, docs/team.md#access), said before any training; None for any other error."""
+    if not any(code in error for code in ("error code 401", "error code 403")):
+        return None
+    return f"{shown(uri)}: " + login_line(error, f"open a run in the experiment '{experiment}' "
+                                                 "(writes take the role 'team')")
 
 
 def check_database(uri: str, where: str) -> None:

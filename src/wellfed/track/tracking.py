@@ -2,18 +2,20 @@
 
 One MLflow run per pipeline run: the train stage opens it and writes its id to a small file that
 evaluate reads to append its own metrics. Workers never talk to MLflow; the Ray Train controller
-calls `wellfed.train.callback.MlflowCallback.after_report` with every worker's metrics, and it
-logs them at their steps through the helpers here.
+calls `wellfed.train.outputs.callback.MlflowCallback.after_report` with every worker's metrics,
+and it logs them at their steps through the helpers here.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import time
 from pathlib import Path
 from typing import Any
 
+from wellfed.track import stores
 from wellfed.track.provenance import scrub
 
 try:
@@ -63,9 +65,14 @@ def start_run(uri: str, experiment: str, run_name: str, run_id: str | None = Non
               tags: dict[str, str] | None = None) -> str:
     """Create (or reopen, for a resume) the pipeline's MLflow run; return its id. The run is
     named `run_name`, or `run_name-2`, `-3`, ... when the experiment already has that name (a
-    forced re-run of the same inputs)."""
-    with store_lock(uri):
-        return open_run(uri, experiment, run_name, run_id, tags)
+    forced re-run of the same inputs). A login that may not write is one line (ValueError)."""
+    try:
+        with store_lock(uri):
+            return open_run(uri, experiment, run_name, run_id, tags)
+    except Exception as err:  # MlflowException: a team store's 401/403 (stores.write_refusal)
+        if (line := stores.write_refusal(uri, experiment, str(err))) is None:
+            raise
+        raise ValueError(line) from None
 
 
 @contextlib.contextmanager
@@ -216,13 +223,25 @@ def log_metrics(uri: str, run_id: str, metrics: dict[str, float], model_id: str 
                 dataset: tuple[str, str] | None = None) -> None:
     """Run-level figures (summaries, evaluation), logged at step 0; with `model_id` (and a
     logged `dataset` (name, digest) they were measured on) also the logged model's figures,
-    which its page lists by dataset."""
+    which its page lists by dataset.
+
+    Once: a stage killed after logging them and rerun (evaluate's figures of the same model are
+    the same numbers) finds each already the run's value at step 0 and logs it no second time;
+    a figure that changed (evaluate's code did) is logged, and the run shows the newer one."""
+    import mlflow
     from mlflow.entities import Metric
 
+    known = mlflow.MlflowClient(uri).get_run(run_id).data.metrics  # each key's latest value
     now = int(time.time() * 1000)
     name, digest = dataset or (None, None)
     send_metrics(uri, run_id, [Metric(k, float(v), now, 0, model_id=model_id, dataset_name=name,
-                                      dataset_digest=digest) for k, v in metrics.items()])
+                                      dataset_digest=digest) for k, v in metrics.items()
+                               if not same_figure(known.get(k), float(v))])
+
+
+def same_figure(known: float | None, value: float) -> bool:
+    """Whether a run-level figure is already `value` (NaN is NaN: a rerun logs it once too)."""
+    return known is not None and (known == value or (math.isnan(known) and math.isnan(value)))
 
 
 def dataset_digest(uri: str, run_id: str, name: str) -> tuple[str, str] | None:
@@ -281,7 +300,7 @@ def interval_metrics(reports: list[dict]) -> dict[str, float]:
             out[f"{WORKERS}{key}_mean"] = values[0]
     if reports[0].get("micro_batch_tokens"):  # a token budget, halved after a CUDA OOM: visible
         out[f"{WORKERS}micro_batch_tokens"] = reports[0]["micro_batch_tokens"]
-    if reports[0].get("graphs_captured"):  # the CUDA graph step (train/graphs.py): so far
+    if reports[0].get("graphs_captured"):  # the CUDA graph step (train/step/graphs.py): so far
         out[f"{WORKERS}graphs_captured"] = reports[0]["graphs_captured"]
         out[f"{WORKERS}graph_capture_s"] = reports[0]["graph_capture_s"]
     return out

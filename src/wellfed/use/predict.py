@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import sys
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -42,12 +41,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
+from wellfed.config import PredictConfig
 from wellfed.data import sources
 from wellfed.outputs import atomic_path
 from wellfed.texts import TRUNCATED, truncation_line
 from wellfed.use import serving
-from wellfed.use.predict_command import CHUNK_ROWS
 from wellfed.use.registered import model_folder
+
+CHUNK_ROWS = PredictConfig.chunk_rows
+"""Rows per model pass by default (predict.chunk_rows): bounds memory, keeps the length buckets
+full."""
 
 
 
@@ -255,15 +258,3 @@ def stage_entry(addressing: str, inputs: dict) -> str:
         raise ValueError(f"predict.inputs has no entry {name!r} (the stage {addressing}); add "
                          f"it, e.g. {name}: data/new.csv, or run a stage it has")
     return name
-
-
-def main(argv: list[str] | None = None) -> None:
-    """`python -m wellfed.use.predict`: the command line of wellfed.use.predict_command (whose
-    own `main`, `wellfed-predict`, parses its arguments before importing this module)."""
-    from wellfed.use.predict_command import main as command
-
-    command(argv)
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

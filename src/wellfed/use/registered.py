@@ -20,7 +20,7 @@ from typing import Iterator
 MODEL_URI = re.compile(r"models:/([^/@]+)(?:@([\w-]+)|/(\d+))")
 """A registry URI: models:/<name>@<alias> or models:/<name>/<version>."""
 ARTIFACT = "model"
-"""The pyfunc model's artifact that holds the model folder (serving.log_model)."""
+"""The pyfunc model's artifact that holds the model folder (logged_model.log_model)."""
 
 
 def store_uri(cwd: str | Path) -> str:
@@ -98,7 +98,7 @@ def model_folder(model: str | Path, cwd: str | Path = ".") -> Iterator[tuple[Pat
     if local is not None:
         yield local, words
         return
-    from wellfed.use.serving import no_artifact_progress_bar
+    from wellfed.use.logged_model import no_artifact_progress_bar
 
     files = client.get_model_version_download_uri(name, version.version).rstrip("/")
     with tempfile.TemporaryDirectory(prefix="wellfed-model-") as tmp:

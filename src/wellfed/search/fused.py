@@ -1,0 +1,241 @@
+"""The search with fused trials (train/trials/): TPE proposes a group of K recipes at a time
+from everything finished, the group trains as one model with successive halving in step (at
+each rung the group validates in one pass, the best 1/reduction_factor go on, the rest stop),
+and the final check trains the finalists fused too, one group per seed.
+
+A group runs as one Ray task on one device (ray.gpus_per_worker > 0: a whole GPU; a CPU: the
+node's cores), so the same search runs on a cluster; the driver writes each trial's child run
+and ledger entry (search/story.py) when its group ends. K is chosen once per search, from the
+device (train/trials/sizing.py), printed and recorded on the parent run. A stopped search
+resumes from its last finished group: TPE is told every finished trial again, in order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import signal
+import time
+
+import numpy as np
+
+from wellfed.config import SearchConfig
+from wellfed.search import space, story, tuning
+from wellfed.search.rungs import Rungs
+from wellfed.search.trial import Setting, encode
+
+SIZING_TRIALS = 16
+"""The largest group sizing is asked about (the search's trials, when fewer)."""
+
+
+def refusal(cfg: SearchConfig, setting: Setting) -> str | None:
+    """Why this search's trials cannot train fused (one line), or None."""
+    from wellfed.train.trials.group import VARIES, refusal as group_refusal
+
+    for d in cfg.dimensions():
+        section, key = d.key.split(".", 1)
+        if section != "train" or key not in VARIES:
+            return (f"search.space.{d.key} changes what fused trials share (the model, the "
+                    f"batches or the budget): they may differ only in "
+                    f"{', '.join('train.' + v for v in VARIES)}")
+    return group_refusal([setting.train, setting.train], [setting.model, setting.model])
+
+
+def fused(cfg: SearchConfig, setting: Setting) -> bool:
+    """Whether this search trains fused (search.fuse), said in one line when it does not."""
+    if cfg.fuse == "false":
+        return False
+    why = refusal(cfg, setting)
+    if why is None:
+        return True
+    if cfg.fuse == "true":
+        raise ValueError(f"search.fuse is true but {why}; set search.fuse: auto (or false) to "
+                         "train these trials one at a time with ASHA")
+    print(f"[wellfed] trials one at a time with ASHA (search.fuse auto): {why}", flush=True)
+    return False
+
+
+def place_group(setting: Setting) -> tuple[dict, int]:
+    """What a group asks Ray for (a whole GPU, or one node's CPUs) and its torch threads."""
+    import ray
+
+    if setting.use_gpu:
+        return {"num_cpus": setting.threads, "num_gpus": 1}, setting.threads
+    cpus = max(int(n.get("Resources", {}).get("CPU", 1)) for n in ray.nodes() if n.get("Alive"))
+    return {"num_cpus": cpus}, cpus
+
+
+def job_of(setting: Setting, recipe: dict, seed: int):
+    from pathlib import Path
+
+    from wellfed.train.step.loop import TrainJob
+
+    train_cfg, model_cfg = space.applied(recipe, setting.train, setting.model)
+    train_cfg = space.budgeted(train_cfg, setting.rows, setting.full, seed)
+    tokens = Path(setting.tokens_dir)
+    if setting.tokens_uri:
+        from wellfed.data.staging import localize
+
+        tokens = localize(setting.tokens_uri, setting.tokens_hash)
+    return TrainJob(train_cfg, setting.data, model_cfg, tokens, setting.model_source,
+                    setting.labels, setting.pad_id, setting.task)
+
+
+def device_for(setting: Setting, threads: int):
+    import torch
+
+    torch.set_num_threads(threads)
+    if setting.use_gpu and torch.cuda.is_available():
+        from wellfed import device as dev
+
+        device = torch.device("cuda", 0)
+        dev.use_device(device)
+        return device
+    return torch.device("cpu")
+
+
+def size(setting: Setting, wanted: int, threads: int):
+    """K for this search (a Ray task on the device a group gets): train/trials/sizing.py."""
+    import contextlib
+    import io
+
+    import torch
+
+    from wellfed.data.token_files import TokenFile
+    from wellfed.model import load_model
+    from wellfed.train.trials import sizing
+
+    device = device_for(setting, threads)
+    job = job_of(setting, {}, setting.train.seed)
+    lengths = TokenFile(job.tokens_dir / "train.arrow").lengths
+    with contextlib.redirect_stdout(io.StringIO()):
+        torch.manual_seed(0)
+        model = load_model(job.model, job.model_source, list(job.labels), job.pad_id,
+                           task=job.task).to(device)
+    rows = job.train.micro_batch_size
+    width = int(lengths.max() if device.type == "cuda" else np.ceil(np.mean(lengths)))
+    return sizing.choose(model, wanted, rows, width, job.pad_id, device)
+
+
+def halving(rf: int, metric: str, lower: bool, rungs: list[int], said: dict):
+    """Successive halving in step: at a rung, the best max(1, n // rf) of the n trials there go
+    on; `said` gets each decision in words (trial -> text), as the child runs show it."""
+
+    def decide(step: int, figures: dict[int, dict]) -> list[int]:
+        order = sorted(figures, key=lambda k: figures[k][metric], reverse=not lower)
+        keep = order[:max(1, len(order) // rf)]
+        cutoff = figures[keep[-1]][metric]
+        rung = f"rung {rungs.index(step) + 1} of {len(rungs)} (step {step})"
+        for k in figures:
+            value = figures[k][metric]
+            said[k] = ((f"continued at {rung}: {metric} {value:.4f}" if k in keep else
+                        f"stopped by successive halving at {rung}: {metric} {value:.4f} was "
+                        f"{'above' if lower else 'below'} the cutoff {cutoff:.4f}")
+                       + f" (the best {len(keep)} of the {len(figures)} in its group go on)")
+        return keep
+
+    return decide
+
+
+def train_group(setting: Setting, members: list[tuple[dict, int]], rf: int, metric: str,
+                lower: bool, threads: int, halve: bool) -> list[dict]:
+    """Train `members` ((recipe, seed) each, one seed for all) as one group; returns per
+    member {"reports": [...], "said": decision or ""} as a search trial reports them."""
+    import contextlib
+    import io
+
+    from wellfed.train.step.loop import Place
+    from wellfed.train.trials.group import train_group as run
+
+    started = time.perf_counter()
+    device = device_for(setting, threads)
+    jobs = [job_of(setting, recipe, seed) for recipe, seed in members]
+    said: dict[int, str] = {}
+    rungs = [r for r in setting.rungs if r < setting.full]
+    decide = halving(rf, metric, lower, rungs, said) if halve else None
+    with contextlib.redirect_stdout(io.StringIO()):
+        out = run(jobs[0], [j.train for j in jobs], Place(device, 0, 1, "group"),
+                  validate_at=frozenset(setting.rungs), decide=decide,
+                  keep_logits=setting.task == "single_label")
+    results = []
+    for k, job in enumerate(jobs):
+        reports, last = [], 0
+        for val in out.validations[k]:
+            records = [[r["step"], r["loss"], r["lr"]] for r in out.history[k]
+                       if last < r["step"] <= val["step"]]
+            report = {**val, "phase": "", "seed": job.train.seed,
+                      "trial_s": round(time.perf_counter() - started, 3),
+                      "loss": float(np.mean([r[1] for r in records])) if records else math.nan,
+                      "records": records, "timing": dict(out.seconds)}
+            last = val["step"]
+            reports.append(report)
+        if out.steps[k] >= setting.full and k in out.logits:
+            reports[-1]["predicted"] = encode(np.asarray(out.logits[k]).argmax(-1))
+        results.append({"reports": reports, "said": said.get(k, "")})
+    return results
+
+
+def run_groups(groups: list[list[tuple[str, dict, dict, int]]], phase: str, cfg: SearchConfig,
+               setting: Setting, teller, metric: str, lower: bool, ask=None) -> int | None:
+    """Train each group (a list of (trial id, Tune-style config, recipe, seed)); `ask(n)`, when
+    given, proposes a group's recipes just before it trains. Returns the signal that stopped
+    the phase, or None."""
+    import ray
+
+    need, threads = place_group(setting)
+    task = ray.remote(train_group).options(**need)
+    received: list[int] = []
+
+    def polite(signum, frame):
+        received.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, polite)
+    try:
+        for n, members in enumerate(groups, 1):
+            members = ask(members) if ask else members
+            print(f"[wellfed] {phase} group {n}/{len(groups)}: {len(members)} trial(s) fused "
+                  f"({', '.join(m[0] for m in members)})", flush=True)
+            for trial, config, _recipe, _seed in members:
+                teller.start(trial, config)
+            results = trained(task, members, setting, cfg.reduction_factor, metric, lower,
+                              threads, phase == "search")
+            for (trial, _config, _recipe, _seed), got in zip(members, results):
+                for report in got["reports"]:
+                    report["phase"] = phase
+                    teller.result(trial, report)
+                if got["said"]:
+                    teller.rungs.said[trial] = got["said"]
+                    teller.rungs.rung_of[trial] = got["said"].split(" at ", 1)[-1].split(":")[0]
+                teller.complete(trial)
+            if ask:
+                ask.tell(members, results)
+    except KeyboardInterrupt:
+        teller.interrupted()
+        return received[0] if received else signal.SIGINT
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return None
+
+
+def trained(task, members: list[tuple], setting: Setting, rf: int, metric: str, lower: bool,
+            threads: int, halve: bool) -> list[dict]:
+    """A group's results from its Ray task; a group the device runs out of memory for is
+    trained again as two halves (said in one line), down to one trial."""
+    import ray
+
+    ref = task.remote(setting, [(m[2], m[3]) for m in members], rf, metric, lower, threads,
+                      halve)
+    try:
+        return ray.get(ref)
+    except KeyboardInterrupt:
+        ray.cancel(ref, force=True)
+        raise
+    except ray.exceptions.RayTaskError as error:
+        if "OutOfMemoryError" not in type(error.cause).__name__ or len(members) == 1:
+            raise
+    half = len(members) // 2
+    print(f"[wellfed] a group of {len(members)} fused trials ran out of device memory: "
+          f"trained again as {half} + {len(members) - half}", flush=True)
+    return (trained(task, members[:half], setting, rf, metric, lower, threads, halve)
+            + trained(task, members[half:], setting, rf, metric, lower, threads, halve))

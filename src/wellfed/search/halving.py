@@ -1,0 +1,126 @@
+"""The two phases of a fused search (search/fused.py trains the groups): the search phase,
+TPE proposing each group of K recipes from every trial finished before it, and the final
+check, the finalists x seeds in one group per seed, where a finalist's own full-budget search
+trial stands for its seed when that seed is one of them (trained once, not twice).
+"""
+
+from __future__ import annotations
+
+from wellfed.config import SearchConfig
+from wellfed.search import fused, proof, space, story, tuning
+from wellfed.search.rungs import Rungs
+from wellfed.search.trial import Setting
+
+
+def trial_id(search_id: str, phase: str, n: int) -> str:
+    """`684ba_00003` (search) or `684ba_p0003` (final check): one style, the search's in it."""
+    return f"{search_id[2:7]}_{'p' if phase == 'proof' else ''}{n:0{4 if phase == 'proof' else 5}d}"
+
+
+class Proposer:
+    """Optuna's TPE, asked for one group at a time and told each trial's last figure (a trial
+    halving stopped counts with the figure it had there); a resumed search tells it every
+    finished trial again first, in order."""
+
+    def __init__(self, cfg: SearchConfig, metric: str, lower: bool, done: dict[str, dict]):
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.metric, self.dists = metric, space.optuna_space(cfg.dimensions())
+        # TPE's random start: a third of the trials, 3 to 10 (as the ASHA search's). A resumed
+        # search's sampler starts from another seed: the same one would draw its first random
+        # recipes again, the ones the finished trials already hold.
+        sampler = optuna.samplers.TPESampler(seed=cfg.searcher_seed + len(done),
+                                             n_startup_trials=max(3, min(10, cfg.trials // 3)))
+        self.study = optuna.create_study(direction="minimize" if lower else "maximize",
+                                         sampler=sampler)
+        self.pending: dict[str, object] = {}
+        for _trial, entry in sorted(done.items()):
+            scored = [r for r in entry["reports"] if metric in r]
+            if scored:
+                self.study.add_trial(optuna.trial.create_trial(
+                    params=entry["config"], distributions=self.dists,
+                    value=float(scored[-1][metric])))
+
+    def __call__(self, members: list[tuple]) -> list[tuple]:
+        out = []
+        for trial, _config, _recipe, seed in members:
+            asked = self.study.ask(self.dists)
+            self.pending[trial] = asked
+            recipe = space.rounded(asked.params)
+            out.append((trial, recipe, recipe, seed))
+        return out
+
+    def tell(self, members: list[tuple], results: list[dict]) -> None:
+        for (trial, *_rest), got in zip(members, results):
+            scored = [r for r in got["reports"] if self.metric in r]
+            self.study.tell(self.pending.pop(trial),
+                            float(scored[-1][self.metric]) if scored else None,
+                            state=None if scored else _failed())
+
+
+def _failed():
+    import optuna
+
+    return optuna.trial.TrialState.FAIL
+
+
+def chunks(items: list, k: int) -> list[list]:
+    return [items[i:i + k] for i in range(0, len(items), k)]
+
+
+def search_phase(cfg: SearchConfig, setting: Setting, p, uri: str, parent: str,
+                 k: int) -> tuning.Phase:
+    done = story.ledger(p.folder, "search")
+    teller = story.Story(uri, parent, p.search_id, "search", p.folder, p.metric,
+                         Rungs([], cfg.reduction_factor, p.lower), p.full, cfg.trials)
+    if done:
+        print(f"[wellfed] resuming: {len(done)} of {cfg.trials} search trials finished "
+              "(TPE is told them again; they are not trained again)", flush=True)
+    # The search's trials train at the first seed of the final check, so that the finalist
+    # that reaches the full budget is already one of its seeds' runs.
+    members = [(trial_id(p.search_id, "search", n), None, None, cfg.seeds[0])
+               for n in range(len(done), cfg.trials)]
+    stopped = fused.run_groups(chunks(members, k), "search", cfg, setting, teller, p.metric,
+                               p.lower, ask=Proposer(cfg, p.metric, p.lower, done))
+    return tuning.Phase("fused-search", stopped, [])
+
+
+def proof_phase(cfg: SearchConfig, setting: Setting, p, uri: str, parent: str,
+                chosen: list[dict], k: int) -> tuning.Phase:
+    configs = proof.proof_configs(chosen, list(cfg.seeds))
+    print(f"[wellfed] final check: {len(chosen)} finalist(s) x {len(cfg.seeds)} seeds at "
+          f"{p.full} steps, fused by seed: "
+          + "; ".join(space.shown(r["recipe"]) for r in chosen), flush=True)
+    teller = story.Story(uri, parent, p.search_id, "proof", p.folder, p.metric,
+                         Rungs([], cfg.reduction_factor, p.lower), p.full, len(configs))
+    done = story.ledger(p.folder, "proof")
+    found = story.ledger(p.folder, "search")
+    todo = []
+    for n, config in enumerate(configs):
+        trial = trial_id(p.search_id, "proof", n)
+        if trial in done:
+            continue
+        own = reused(found.get(chosen[config["finalist"]]["trial"]), config, setting, p)
+        if own is not None:  # the finalist's own search trial, at full budget, this seed
+            teller.start(trial, {"proof": config})
+            for report in own:
+                teller.result(trial, {**report, "phase": "proof"})
+            teller.complete(trial)
+            continue
+        todo.append((trial, {"proof": config}, config["recipe"], config["seed"]))
+    by_seed = [[m for m in todo if m[3] == seed] for seed in cfg.seeds]
+    groups = [g for members in by_seed if members for g in chunks(members, k)]
+    stopped = fused.run_groups(groups, "proof", cfg, setting, teller, p.metric, p.lower)
+    return tuning.Phase("fused-proof", stopped, [])
+
+
+def reused(entry: dict | None, config: dict, setting: Setting, p) -> list | None:
+    """A search trial's reports as a final-check run of `config`: when it trained the same
+    recipe with the same seed to the full budget (and kept its predictions where the verdict
+    needs them), it is that run."""
+    last = entry["reports"][-1] if entry and entry["reports"] else {}
+    if last.get("seed") != config["seed"] or int(last.get("step", 0)) < p.full or (setting.task == "single_label"
+                                             and "predicted" not in last):
+        return None
+    return entry["reports"]

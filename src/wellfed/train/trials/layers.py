@@ -1,0 +1,251 @@
+"""The trial dimension in a transformers model: K copies of every weight, one forward.
+
+A fused batch holds K blocks of the same micro-batch, block k for trial k (rows k*B .. k*B+B-1).
+Weight modules read their block with their own weights; dropout draws one mask for a block and
+applies it to all K (the group shares its seed, so each trial alone would have drawn that very
+mask); attention runs as the model's own attention function, per block when it drops out (the
+generator rewound to the same state for each block) and on the whole batch otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import copy
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+FUSABLE = (nn.Linear, nn.Embedding, nn.LayerNorm)
+"""The weight modules a trial dimension is given to; a model with any other refuses fusion."""
+
+
+@dataclass
+class Fused:
+    """The forward under way: K trials of `rows` rows each."""
+
+    trials: int
+    rows: int
+
+
+_current: contextvars.ContextVar[Fused | None] = contextvars.ContextVar("wellfed_fused",
+                                                                        default=None)
+
+
+def current() -> Fused:
+    fused = _current.get()
+    if fused is None:
+        raise RuntimeError("a trial layer ran outside TrialModel.forward")
+    return fused
+
+
+def stacked(modules: list[nn.Module], name: str) -> nn.Parameter | None:
+    first = getattr(modules[0], name)
+    if first is None:
+        return None
+    return nn.Parameter(torch.stack([getattr(m, name).detach() for m in modules]).clone())
+
+
+class TrialLinear(nn.Module):
+    """K Linear layers: weight (K, out, in), bias (K, out); one batched matmul."""
+
+    def __init__(self, copies: list[nn.Linear]):
+        super().__init__()
+        self.weight, self.bias = stacked(copies, "weight"), stacked(copies, "bias")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        k = self.weight.shape[0]
+        flat = x.reshape(k, -1, x.shape[-1])
+        if self.bias is None:
+            out = torch.bmm(flat, self.weight.transpose(1, 2))
+        else:
+            out = torch.baddbmm(self.bias[:, None, :], flat, self.weight.transpose(1, 2))
+        return out.reshape(*x.shape[:-1], out.shape[-1])
+
+
+class TrialEmbedding(nn.Module):
+    """K Embedding tables: weight (K, rows, dim). Ids with one row (the position ids transformers
+    broadcasts over the batch) give every trial's block its rows; padding_idx as the original."""
+
+    def __init__(self, copies: list[nn.Embedding]):
+        super().__init__()
+        self.weight = stacked(copies, "weight")
+        self.padding_idx = copies[0].padding_idx
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        f = current()
+        if ids.shape[0] == 1 and f.trials * f.rows != 1:  # broadcast ids: one row for all
+            out = torch.stack([F.embedding(ids[0], w, self.padding_idx) for w in self.weight])
+            return out[:, None].expand(-1, f.rows, *out.shape[1:]).reshape(
+                f.trials * f.rows, *out.shape[1:])
+        blocks = ids.reshape(f.trials, -1, *ids.shape[1:])
+        return torch.cat([F.embedding(b, w, self.padding_idx)
+                          for b, w in zip(blocks, self.weight)])
+
+
+class TrialLayerNorm(nn.Module):
+    """K LayerNorms: the normalisation once over the batch, each block's own scale and shift."""
+
+    def __init__(self, copies: list[nn.LayerNorm]):
+        super().__init__()
+        self.weight, self.bias = stacked(copies, "weight"), stacked(copies, "bias")
+        self.shape, self.eps = copies[0].normalized_shape, copies[0].eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        k = current().trials
+        blocks = [F.layer_norm(b, self.shape, w, None if self.bias is None else bias, self.eps)
+                  for b, w, bias in zip(x.reshape(k, -1, *x.shape[1:]), self.weight,
+                                        self.bias if self.bias is not None
+                                        else [None] * k)]
+        return torch.cat(blocks)
+
+
+class TrialDropout(nn.Module):
+    """Dropout with one mask per block shape, drawn as a trial alone draws it (the generator's
+    next draw for a tensor of the block's shape) and applied to every trial's block."""
+
+    def __init__(self, p: float):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0:
+            return x
+        f = current()
+        blocks = x.reshape(f.trials, -1, *x.shape[1:])
+        mask = F.dropout(torch.ones_like(blocks[0]), self.p, True)
+        return (blocks * mask).reshape(x.shape)
+
+
+@contextlib.contextmanager
+def rewinding(device: torch.device):
+    """Yields `rewind()`, which sets the device's generator back to its state on entry."""
+    if device.type == "cuda":
+        state = torch.cuda.get_rng_state(device)
+        yield lambda: torch.cuda.set_rng_state(state, device)
+    else:
+        state = torch.get_rng_state()
+        yield lambda: torch.set_rng_state(state)
+
+
+def trial_attention(inner):
+    """The model's own attention function `inner`, run per trial block when it drops out."""
+
+    def attention(module, query, key, value, attention_mask, dropout: float = 0.0, **kwargs):
+        if not dropout:
+            return inner(module, query, key, value, attention_mask, dropout=dropout, **kwargs)
+        f = current()
+        split = [t.reshape(f.trials, -1, *t.shape[1:]) for t in (query, key, value)]
+        masks = (attention_mask.reshape(f.trials, -1, *attention_mask.shape[1:])
+                 if attention_mask is not None and attention_mask.shape[0] == query.shape[0]
+                 else [attention_mask] * f.trials)
+        outs, weights = [], []
+        with rewinding(query.device) as rewind:
+            for k in range(f.trials):
+                rewind()  # each block draws what trial k alone would: the same draw for all
+                out, w = inner(module, split[0][k], split[1][k], split[2][k], masks[k],
+                               dropout=dropout, **kwargs)
+                outs.append(out)
+                weights.append(w)
+        return torch.cat(outs), None if weights[0] is None else torch.cat(weights)
+
+    return attention
+
+
+def with_trial_attention(model) -> None:
+    """Register the model's attention function, run per trial block, under a name of its own
+    (transformers' AttentionInterface and AttentionMaskInterface, public API) and switch the
+    model to it; the mask is the one the model's own attention takes."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    own = model.config._attn_implementation
+    name = f"wellfed_trials_{own}"
+    if own == "eager":  # not in the interface: each modeling file has its own
+        import importlib
+
+        inner = importlib.import_module(type(model).__module__).eager_attention_forward
+    else:
+        inner = AttentionInterface()[own]
+    AttentionInterface.register(name, trial_attention(inner))
+    AttentionMaskInterface.register(name, AttentionMaskInterface()[own])
+    model.set_attn_implementation(name)
+
+
+def refusal(model) -> str | None:
+    """Why `model` cannot be fused (one line), or None."""
+    seen = {}
+    for name, module in model.named_modules():
+        own = list(module.named_parameters(recurse=False))
+        if own and not isinstance(module, FUSABLE):
+            return (f"{name} is a {type(module).__name__}, a weight module that fused trials "
+                    "do not know (they fuse Linear, Embedding and LayerNorm): train these "
+                    "trials one by one (search.fuse: false)")
+        for pname, param in own:
+            if not param.requires_grad:
+                return (f"{name}.{pname} is frozen (an adapter model, e.g. LoRA): fused trials "
+                        "train every weight; train these trials one by one")
+            if id(param) in seen:
+                return (f"{name}.{pname} is the same weight as {seen[id(param)]} (tied "
+                        "weights): fused trials train untied models; search.fuse: false")
+            seen[id(param)] = f"{name}.{pname}"
+    return None
+
+
+class TrialModel(nn.Module):
+    """K trials of one transformers classifier as one module: `forward` takes one micro-batch
+    and returns each trial's logits, (K, rows, classes)."""
+
+    def __init__(self, model, trials: int):
+        super().__init__()
+        why = refusal(model)
+        if why:
+            raise ValueError(why)
+        self.model, self.trials = model, trials
+        for name, module in list(model.named_modules()):
+            if isinstance(module, (nn.Linear, nn.Embedding, nn.LayerNorm, nn.Dropout)):
+                parent_name, _, child = name.rpartition(".")
+                parent = model.get_submodule(parent_name) if parent_name else model
+                setattr(parent, child, trial_module(module, trials))
+        with_trial_attention(model)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None) -> torch.Tensor:
+        rows = input_ids.shape[0]
+        reps = (self.trials,) + (1,) * (input_ids.ndim - 1)
+        extra = {}
+        if token_type_ids is not None:
+            extra["token_type_ids"] = token_type_ids.repeat(reps)
+        token = _current.set(Fused(self.trials, rows))
+        try:
+            logits = self.model(input_ids=input_ids.repeat(reps),
+                                attention_mask=None if attention_mask is None
+                                else attention_mask.repeat(reps), **extra).logits
+        finally:
+            _current.reset(token)
+        return logits.reshape(self.trials, rows, -1)
+
+    def keep(self, trials: list[int]) -> None:
+        """Keep these trials' slices of every weight (in this order), drop the others."""
+        index = torch.as_tensor(trials, dtype=torch.long)
+        for module in self.model.modules():
+            for name, param in list(module.named_parameters(recurse=False)):
+                setattr(module, name, nn.Parameter(param.detach()[index.to(param.device)]
+                                                   .clone(), param.requires_grad))
+        self.trials = len(trials)
+
+    def trial_state(self, k: int) -> dict[str, torch.Tensor]:
+        """Trial k's weights under the original model's parameter names."""
+        return {name: param.detach()[k] for name, param in self.model.named_parameters()}
+
+
+def trial_module(module: nn.Module, trials: int) -> nn.Module:
+    if isinstance(module, nn.Dropout):
+        return TrialDropout(module.p)
+    copies = [module] + [copy.deepcopy(module) for _ in range(trials - 1)]
+    if isinstance(module, nn.Linear):
+        return TrialLinear(copies)
+    if isinstance(module, nn.Embedding):
+        return TrialEmbedding(copies)
+    return TrialLayerNorm(copies)

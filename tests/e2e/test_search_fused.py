@@ -1,0 +1,84 @@
+"""wellfed-search with fused trials (search.fuse true), as a user runs it on the tiny model:
+killed outright (SIGKILL) once its first group finished, resumed to the end of the search
+phase and the final check, both fused. Checks that K is chosen and recorded, that each group
+halves in step (the stopped trials say at which rung, against which cutoff), that no finished
+trial trains again, that the final check trains one group per seed and reuses the finalist's
+own full-budget trial for its seed, and that every child run ends FINISHED."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+
+from tests.e2e.pipeline import make_project, mlflow_runs
+from tests.e2e.test_search import ledger, search
+
+pytestmark = [pytest.mark.e2e]
+TRIALS, SEEDS = 6, [1, 2]
+SEARCH = {"trials": TRIALS, "min_steps": 4, "max_steps": 16, "reduction_factor": 2,
+          "finalists": 2, "seeds": SEEDS, "fuse": "true",
+          "space": {"train": {"lr": "log_uniform 1e-4 5e-2", "warmup_ratio": "uniform 0.0 0.2"}}}
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory, tiny_model_dir):
+    dest = tmp_path_factory.mktemp("search-fused")
+    make_project(dest, {"model": {"name": str(tiny_model_dir), "init": "random"},
+                        "train": {"epochs": 1, "lr": 2e-3, "global_batch_size": 16,
+                                  "micro_batch_size": 16, "report_every": 4, "eval_every": 0},
+                        "ray": {"num_workers": 1, "cpus_per_worker": 1}, "search": SEARCH})
+    return dest
+
+
+def test_a_fused_search_killed_after_a_group_resumes_and_proves_its_winner_fused(project):
+    code, out = search(project, "--no-exp", stop_after=1, how=signal.SIGKILL)
+    assert code == -signal.SIGKILL, out[-3000:]
+    chosen = [line for line in out.splitlines() if line.startswith("[wellfed] fused trials: ")]
+    assert len(chosen) == 1 and "per group, successive halving in step" in chosen[0], out[-3000:]
+    k = int(chosen[0].split()[3])
+    assert 2 <= k <= TRIALS
+    before = {t: e for t, e in ledger(project).items() if e["phase"] == "search"}
+    assert len(before) >= 1
+
+    code, out = search(project, "--no-exp")
+    assert code == 0, out[-3000:]
+    assert f"resuming: {len(before)} of {TRIALS} search trials finished" in out
+    after = ledger(project)
+    assert {t: after[t] for t in before} == before  # kept, not trained again
+    searched = {t: e for t, e in after.items() if e["phase"] == "search"}
+    assert len(searched) == TRIALS
+    groups = [line for line in out.splitlines() if line.startswith("[wellfed] search group ")]
+    assert groups and all("fused" in line for line in groups)
+    # successive halving in step: in each group of n, the best max(1, n // 2) go past rung 1
+    steps = sorted(int(e["reports"][-1]["step"]) for e in searched.values())
+    assert steps.count(16) >= 1 and steps.count(4) >= 1, steps
+    proofs = [line for line in out.splitlines() if line.startswith("[wellfed] proof group ")]
+    assert proofs, out[-3000:]
+
+    client, runs = mlflow_runs(project)
+    by_phase: dict[str, list] = {}
+    for r in runs:
+        by_phase.setdefault(r.data.tags.get("wellfed.search.phase"), []).append(r)
+    (parent,) = by_phase["parent"]
+    assert parent.info.status == "FINISHED"
+    assert parent.data.params["search.fused_trials"] == str(k)
+    assert parent.data.tags["wellfed.search.fused"].startswith(f"K={k}: ")
+    assert len(by_phase["search"]) == TRIALS and len(by_phase["proof"]) == 2 * len(SEEDS)
+    for child in by_phase["search"] + by_phase["proof"]:
+        assert child.info.status == "FINISHED", child.data.tags
+        history = client.get_metric_history(child.info.run_id, "train/loss")
+        assert len({m.step for m in history}) == len(history)
+    outcomes = [c.data.tags["wellfed.search.outcome"] for c in by_phase["search"]]
+    stopped = [o for o in outcomes if o.startswith("stopped by successive halving at rung 1")]
+    assert stopped and all("the cutoff" in o and "in its group go on" in o for o in stopped)
+    # the finalist that reached the full budget at seed 1 is that seed's final-check run
+    proof_runs = [e for e in after.values() if e["phase"] == "proof"]
+    full = [e for e in searched.values() if int(e["reports"][-1]["step"]) == 16]
+    reused = [e for e in proof_runs if e["config"]["proof"]["seed"] == SEEDS[0]
+              and any(e["reports"] == [{**r, "phase": "proof"} for r in f["reports"]]
+                      for f in full)]
+    assert reused, "the finalist's own full-budget trial was trained again"
+    result = json.loads(next(project.glob("data/search/*/result.json")).read_text())
+    assert result["final_check"]["call"] in ("beats", "indistinguishable")

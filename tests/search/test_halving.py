@@ -1,0 +1,79 @@
+"""The fused search's pieces without Ray: successive halving's decision and its words, TPE
+asked a group at a time and told the finished trials again at a resume, trial ids in one
+style, and when a finalist's own search trial stands for a final-check run."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from wellfed.config import ModelConfig, SearchConfig, TrainConfig
+from wellfed.search import fused, halving
+
+SPACE = {"train": {"lr": "log_uniform 1e-5 1e-3", "warmup_ratio": "uniform 0.0 0.2"}}
+
+
+def test_the_best_of_a_group_go_on_and_every_trial_is_told_why():
+    said = {}
+    decide = fused.halving(2, "val/macro_f1", False, [4, 8], said)
+    kept = decide(4, {0: {"val/macro_f1": 0.5}, 1: {"val/macro_f1": 0.7},
+                      2: {"val/macro_f1": 0.6}, 3: {"val/macro_f1": 0.1}})
+    assert kept == [1, 2]
+    assert said[3] == ("stopped by successive halving at rung 1 of 2 (step 4): val/macro_f1 "
+                       "0.1000 was below the cutoff 0.6000 (the best 2 of the 4 in its group "
+                       "go on)")
+    assert said[1].startswith("continued at rung 1 of 2 (step 4): val/macro_f1 0.7000")
+    lower = fused.halving(3, "val/loss", True, [4], {})
+    assert lower(4, {0: {"val/loss": 0.3}, 1: {"val/loss": 0.2}}) == [1]  # at least one
+
+
+def test_tpe_is_asked_a_group_at_a_time_and_a_resume_tells_it_the_finished_trials():
+    cfg = SearchConfig(space=SPACE, trials=8)
+    proposer = halving.Proposer(cfg, "val/macro_f1", False, {})
+    members = proposer([("a_00000", None, None, 1), ("a_00001", None, None, 1)])
+    assert [m[0] for m in members] == ["a_00000", "a_00001"] and all(m[3] == 1 for m in members)
+    for _trial, config, recipe, _seed in members:
+        assert config == recipe and set(recipe) == {"train.lr", "train.warmup_ratio"}
+        assert 1e-5 <= recipe["train.lr"] <= 1e-3
+    proposer.tell(members, [{"reports": [{"step": 4, "val/macro_f1": 0.4}]},
+                            {"reports": []}])  # a trial with no figure counts as failed
+    assert [t.state.name for t in proposer.study.trials] == ["COMPLETE", "FAIL"]
+
+    done = {"a_00000": {"config": members[0][1], "reports": [{"step": 4, "val/macro_f1": 0.4}]}}
+    resumed = halving.Proposer(cfg, "val/macro_f1", False, done)
+    assert len(resumed.study.trials) == 1
+    again = resumed([("a_00001", None, None, 1)])[0][2]
+    assert again != members[0][2]  # not the first random draw a second time
+
+
+def test_trial_ids_have_one_style():
+    assert halving.trial_id("s-684ba5adae", "search", 3) == "684ba_00003"
+    assert halving.trial_id("s-684ba5adae", "proof", 3) == "684ba_p0003"
+
+
+def test_a_finalists_own_trial_stands_for_its_seed_only_at_full_budget_with_predictions():
+    p = SimpleNamespace(full=16)
+    setting = SimpleNamespace(task="single_label")
+    full = {"reports": [{"step": 4, "seed": 1}, {"step": 16, "seed": 1, "predicted": "AA=="}]}
+    assert halving.reused(full, {"seed": 1}, setting, p) == full["reports"]
+    assert halving.reused(full, {"seed": 2}, setting, p) is None
+    stopped = {"reports": [{"step": 4, "seed": 1}]}
+    assert halving.reused(stopped, {"seed": 1}, setting, p) is None
+    bare = {"reports": [{"step": 16, "seed": 1}]}
+    assert halving.reused(bare, {"seed": 1}, setting, p) is None
+    assert halving.reused(bare, {"seed": 1}, SimpleNamespace(task="regression"), p) is not None
+    assert halving.reused(None, {"seed": 1}, setting, p) is None
+
+
+def test_a_space_beyond_the_update_is_not_fused_and_says_why(capsys):
+    setting = SimpleNamespace(train=TrainConfig(), model=ModelConfig())
+    lora = SearchConfig(space={"model": {"lora_r": "choice 8 16"}})
+    assert "search.space.model.lora_r changes what fused trials share" in fused.refusal(
+        lora, setting)
+    assert fused.fused(lora, setting) is False
+    assert "one at a time with ASHA (search.fuse auto)" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="search.fuse is true but"):
+        fused.fused(SearchConfig(space=lora.space, fuse="true"), setting)
+    assert fused.fused(SearchConfig(space=SPACE), setting) is True
+    assert fused.fused(SearchConfig(space=SPACE, fuse="false"), setting) is False

@@ -1,0 +1,169 @@
+"""Fused trials (train/trials/) against the same trials trained alone, on this CPU in float32:
+the same per-step losses and validation figures for single-label, multi-label, regression and
+sentence pairs, with dropout on; after a halving the survivors go on as they would alone; what
+cannot be fused is refused in one line."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from wellfed.config import DataConfig, ModelConfig, TrainConfig
+from wellfed.data.token_files import TokenBatch, write_token_file
+from wellfed.train.step.loop import Place, TrainJob, train
+from wellfed.train.trials import group as trial_group
+from wellfed.train.trials.layers import TrialModel, refusal
+
+CPU = Place(torch.device("cpu"))
+CLASSES = 3
+RTOL = 1e-5  # float32: batched matmuls and per-trial norms sum in another order than alone
+BASE = TrainConfig(epochs=2, max_steps=6, global_batch_size=8, micro_batch_size=4,
+                   precision="fp32", seed=5, eval_every=0, report_every=1,
+                   checkpoint_every=0, warmup_ratio=0.1)
+RECIPES = [dict(lr=3e-3, weight_decay=0.0, warmup_ratio=0.0),
+           dict(lr=1e-3, weight_decay=0.1, warmup_ratio=0.25, max_grad_norm=0.05),
+           dict(lr=5e-4, weight_decay=0.01, warmup_ratio=0.1)]
+
+
+def token_dir(root, task: str, pairs: bool = False):
+    rng = np.random.default_rng(1)
+    root.mkdir(parents=True, exist_ok=True)
+    for split, rows in (("train", 40), ("validation", 12)):
+        lens = rng.integers(3, 14, rows).astype(np.int32)
+        labels = {"single_label": rng.integers(0, CLASSES, rows),
+                  "multi_label": (rng.random((rows, CLASSES)) < 0.4).astype(np.float32),
+                  "regression": rng.normal(size=(rows, CLASSES)).astype(np.float32)}[task]
+        segments = (lens // 2).astype(np.int32) if pairs else None
+        write_token_file(root / f"{split}.arrow", [TokenBatch(
+            rng.integers(1000, 3000, lens.sum()).astype(np.int32), lens, labels,
+            np.arange(rows), segments)])
+    return root
+
+
+def job_for(tokens, model_dir, task: str, **train) -> TrainJob:
+    return TrainJob(train=dataclasses.replace(BASE, **train), data=DataConfig(),
+                    model=ModelConfig(init="random"), tokens_dir=tokens,
+                    model_source=str(model_dir), labels=tuple(f"c{i}" for i in range(CLASSES)),
+                    pad_id=0, task=task)
+
+
+def alone(job: TrainJob, validate_at=frozenset()) -> tuple[list[float], dict[int, dict]]:
+    """The trial as the search trains it alone: the ordinary loop, no checkpoints."""
+    records = []
+    train(job, CPU, lambda metrics, _ckpt: records.append(metrics),
+          validate_at=frozenset(validate_at), checkpoints=False)
+    steps = [r for m in records for r in m["records"]]
+    vals = {m["records"][-1]["step"]: m["val"] for m in records if m.get("val")}
+    return [r["loss"] for r in steps], vals
+
+
+def close(a: float, b: float) -> bool:
+    return abs(a - b) <= RTOL * max(abs(a), abs(b)) + 1e-6
+
+
+def assert_same(fused_losses, alone_losses, what: str):
+    assert len(fused_losses) == len(alone_losses), what
+    bad = [(i + 1, f, a) for i, (f, a) in enumerate(zip(fused_losses, alone_losses))
+           if not close(f, a)]
+    assert not bad, f"{what}: steps (step, fused, alone) differ: {bad[:3]}"
+
+
+@pytest.mark.parametrize("task,pairs", [("single_label", False), ("multi_label", False),
+                                        ("regression", False), ("single_label", True)],
+                         ids=["single_label", "multi_label", "regression", "pairs"])
+def test_a_fused_trial_learns_what_it_learns_alone(tmp_path, tiny_model_dir, task, pairs):
+    tokens = token_dir(tmp_path / "tokens", task, pairs)
+    configs = [dataclasses.replace(BASE, **r) for r in RECIPES]
+    job = job_for(tokens, tiny_model_dir, task)
+    run = trial_group.train_group(job, configs, CPU, validate_at=frozenset({3}))
+    for k, cfg in enumerate(configs):
+        losses, vals = alone(dataclasses.replace(job, train=cfg), {3})
+        assert_same([r["loss"] for r in run.history[k]], losses, f"trial {k}")
+        fused_vals = {v["step"]: v for v in run.validations[k]}
+        assert sorted(fused_vals) == sorted(vals) == [3, 6]
+        for step, figures in vals.items():
+            for key, value in figures.items():
+                assert close(fused_vals[step][key], value), (k, step, key)
+    # the recipes differ, so the trials do: the group is not one trial K times
+    assert len({round(run.history[k][-1]["loss"], 6) for k in range(3)}) == 3
+
+
+def test_after_a_halving_the_survivors_go_on_as_alone(tmp_path, tiny_model_dir):
+    tokens = token_dir(tmp_path / "tokens", "single_label")
+    configs = [dataclasses.replace(BASE, **r) for r in RECIPES]
+    job = job_for(tokens, tiny_model_dir, "single_label")
+    asked = []
+
+    def decide(step, figures):
+        asked.append((step, sorted(figures)))
+        return [2, 0]  # keep two, in another order than they came
+
+    run = trial_group.train_group(job, configs, CPU, validate_at=frozenset({3}), decide=decide)
+    assert asked == [(3, [0, 1, 2])]
+    assert run.steps == {0: 6, 1: 3, 2: 6}
+    assert [len(run.history[k]) for k in range(3)] == [6, 3, 6]
+    for k in (0, 2):
+        losses, _ = alone(dataclasses.replace(job, train=configs[k]), {3})
+        assert_same([r["loss"] for r in run.history[k]], losses, f"survivor {k}")
+
+
+def test_the_check_can_fail_a_trial_with_another_data_order(tmp_path, tiny_model_dir):
+    """The negative control: alone with another seed, the same recipe is not 'equal'."""
+    tokens = token_dir(tmp_path / "tokens", "single_label")
+    job = job_for(tokens, tiny_model_dir, "single_label")
+    run = trial_group.train_group(job, [dataclasses.replace(BASE, **RECIPES[0])] * 3, CPU)
+    losses, _ = alone(dataclasses.replace(job, train=dataclasses.replace(
+        BASE, **RECIPES[0], seed=6)))
+    with pytest.raises(AssertionError, match="differ"):
+        assert_same([r["loss"] for r in run.history[0]], losses, "other seed")
+
+
+def test_a_group_that_cannot_be_fused_is_refused_in_one_line(tiny_model_dir):
+    other_batch = [BASE, dataclasses.replace(BASE, global_batch_size=16)]
+    why = trial_group.refusal(other_batch)
+    assert "train.global_batch_size=16" in why and "\n" not in why
+    assert "train.seed" in trial_group.refusal([BASE, dataclasses.replace(BASE, seed=1)])
+    assert "fp16" in trial_group.refusal([dataclasses.replace(BASE, precision="fp16")] * 2)
+    lora = trial_group.refusal([BASE, BASE], [ModelConfig(lora_r=8), ModelConfig(lora_r=8)])
+    assert "LoRA" in lora
+    assert "model.lora_r" in trial_group.refusal([BASE, BASE], [ModelConfig(),
+                                                                ModelConfig(lora_r=8)])
+    assert trial_group.refusal([BASE, dataclasses.replace(BASE, lr=1.0)]) is None
+
+
+def test_a_model_with_a_weight_module_it_does_not_know_is_refused():
+    class Scaled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gain = torch.nn.Parameter(torch.ones(4))
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), Scaled())
+    assert "Scaled" in refusal(model) and "\n" not in refusal(model)
+    tied = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
+    tied[1].weight = tied[0].weight
+    assert "tied" in refusal(tied)
+    with pytest.raises(ValueError, match="Scaled"):
+        TrialModel(model, 2)
+
+
+def test_k_follows_a_gpus_free_memory_and_a_cpus_measured_step(monkeypatch):
+    from wellfed.train.trials import sizing
+
+    gib = 2 ** 30
+    assert sizing.by_memory(16, 20 * gib, 2 * gib).trials == 8  # 85% of 20 GiB holds 8
+    assert sizing.by_memory(4, 20 * gib, 2 * gib).trials == 4   # no more than wanted
+    assert sizing.by_memory(16, gib, 2 * gib).trials == 1       # not even two: one at a time
+    assert "8 trial(s) of 2.00 GiB fit in 17.0 GiB" in sizing.by_memory(16, 20 * gib, 2 * gib).reason
+    assert sizing.by_throughput(16, 1.0, 2.0, 4).trials == 4    # 4 fused in half their time
+    slow = sizing.by_throughput(16, 1.0, 3.9, 4)
+    assert slow.trials == 1 and "0.97x" in slow.reason and "one at a time" in slow.reason
+
+    # A fake 24 GiB device with 10 GiB free, a trial measured at 3 GiB: 2 fit (8.5 GiB usable)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (10 * gib, 24 * gib))
+    monkeypatch.setattr(sizing, "probe_batch", lambda *a: {})
+    monkeypatch.setattr(sizing, "trial_bytes", lambda model, batch: 3 * gib)
+    choice = sizing.choose(None, 16, 32, 64, 0, torch.device("cuda", 0))
+    assert choice.trials == 2 and "GPU's free 10.0 GiB" in choice.reason
