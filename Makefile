@@ -50,12 +50,15 @@ test: install           ## every tier: unit, e2e pipelines, real data (CI)
 test-fast: install      ## the fast tier: unit tests only (the same as a plain `pytest`)
 	python -m pytest tests
 
+UI_WARNINGS = ignore:starlette.middleware.wsgi is deprecated
 ui: install             ## MLflow UI over the project's store, on loopback only
 	@# the runs table in its headline view (eval/* columns, best first, Models with @champion), in
 	@# the Model training view: docs/mlflow.md, "In the UI"
 	@python -m wellfed.track.runs_view sqlite:///$(CURDIR)/mlflow.db
 	@echo "MLFLOW_DISABLE_TELEMETRY=$(MLFLOW_DISABLE_TELEMETRY): true keeps the UI's telemetry off, whatever Settings' 'Enable telemetry' shows (docs/privacy.md)"
-	mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1 --port 5000
+	@# MLflow's server imports starlette.middleware.wsgi, deprecated by Starlette: one warning per
+	@# server worker, nothing a user can act on (tests/test_ui_warnings.py)
+	PYTHONWARNINGS="$(UI_WARNINGS)" mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1 --port 5000
 
 # The team store's folder (its PostgreSQL, artifacts, log), address and port: docs/team.md.
 TEAM_STORE_DIR  ?= .team-store

@@ -15,7 +15,7 @@ from wellfed.config import load_params
 from wellfed.data.token_files import TokenFile
 from wellfed.evaluate import files, predictions, scores, temperature
 from wellfed.outputs import check_room, write_json
-from wellfed.track import eval_tracking, tracking
+from wellfed.track import eval_tracking, tracking, ui_links
 from wellfed.train.outputs import run_record
 from wellfed.use import serving
 
@@ -68,7 +68,7 @@ def main(tokens_dir, model_dir, run_json, validation_outputs, eval_dir, *, budge
     print(f"[wellfed] {scores.headline_line(metrics, task, split, threshold)}")
     if verdict is not None:
         print(f"[wellfed] {verdict.line()}")
-    print(f"[wellfed] MLflow run: {page}")
+    print(f"[wellfed] MLflow run: {ui_links.offered(run['tracking_uri'], page)}")
     with clock("sweep summary"):  # a sweep's trial: its parent run's summary, brought up to date
         if line := sweep_summary.after_trial(run["tracking_uri"], run["mlflow_run_id"]):
             print(f"[wellfed] {line}")

@@ -58,8 +58,8 @@ def test_planted_fixes_and_breaks_are_counted_tested_and_bounded():
     assert accuracy["diff"] == pytest.approx(20 / 500)
     low, high = accuracy["ci95"]
     assert 0 < low < 20 / 500 < high  # contains the true +4 pt, excludes 0
-    assert out["verdict"].startswith("B - A accuracy +4.0 pt, 95% CI [+") and \
-        out["verdict"].endswith(": B is better")
+    assert out["verdict"].startswith("B - A macro-F1 (the headline) +4.0 pt, 95% CI [+") and \
+        out["verdict"].endswith(": B is better") and out["verdict_metric"] == "macro_f1"
     f1 = out["macro_f1"]  # the point figures are sklearn's, over all three classes
     assert f1["a"] == pytest.approx(f1_score(gold, pred_a, labels=[0, 1, 2], average="macro"))
     assert f1["b"] == pytest.approx(f1_score(gold, pred_b, labels=[0, 1, 2], average="macro"))
@@ -81,7 +81,28 @@ def test_identical_runs_are_within_noise_with_p_one():
     out = compare(scored("A", ids, gold, pred_a), scored("B", ids, gold, pred_a))
     assert out["accuracy"]["ci95"] == [0.0, 0.0] and out["macro_f1"]["ci95"] == [0.0, 0.0]
     assert out["mcnemar_p"] == 1.0
-    assert out["verdict"] == "B - A accuracy +0.0 pt, 95% CI [+0.0, +0.0]: within noise"
+    assert out["verdict"] == ("B - A macro-F1 (the headline) +0.0 pt, 95% CI [+0.0, +0.0]: "
+                              "within noise")
+
+
+def test_the_verdict_is_on_the_headline_when_accuracy_hides_a_class_lost():
+    """The issue's case: B keeps accuracy but stops predicting a rare class; macro-F1 (what the
+    champion and the search rank on) drops far outside noise, and the verdict says so."""
+    rng = np.random.default_rng(0)
+    gold = np.where(rng.random(1000) < 0.06, 1, rng.integers(0, 2, 1000) * 2)  # 6% "neu"
+    ids = np.arange(1000)
+    pred_a = gold.copy()
+    flip = rng.choice(1000, 60, replace=False)
+    pred_a[flip] = (gold[flip] + 2) % 4 % 3  # 6% wrong
+    pred_b = pred_a.copy()
+    pred_b[flip[:45]] = gold[flip[:45]]  # B fixes most of A's mistakes...
+    pred_b[pred_b == 1] = 0  # ...but never says "neu": accuracy -0.2 pt, macro-F1 -29 pt
+    out = compare(scored("A", ids, gold, pred_a), scored("B", ids, gold, pred_b))
+    low, high = out["accuracy"]["ci95"]
+    assert low <= 0 <= high  # accuracy alone would call it within noise
+    assert out["macro_f1"]["ci95"][1] < -0.1
+    assert out["verdict"].startswith("B - A macro-F1 (the headline) -") and \
+        out["verdict"].endswith(": B is worse"), out["verdict"]
 
 
 def test_rows_in_another_order_are_matched_by_row_id():
@@ -137,7 +158,7 @@ def test_two_mlflow_run_ids_resolve_compare_and_log_to_b(tmp_path, capsys):
     out = tmp_path / "compare.json"
     assert main([runs[0], runs[1], "--tracking-uri", uri, "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "right->wrong 10, wrong->right 30" in printed and "verdict: B - A accuracy +4.0 pt" \
+    assert "right->wrong 10, wrong->right 30" in printed and "verdict: B - A macro-F1 (the headline) +4.0 pt" \
         in printed
     result = json.loads(out.read_text())
     assert result["a"]["mlflow_run_id"] == runs[0] and result["b"]["mlflow_run_id"] == runs[1]
@@ -172,7 +193,7 @@ def test_a_registry_alias_names_the_run_behind_its_version(tmp_path, capsys):
         assert main([ref, str(b), "--tracking-uri", uri]) == 0
         out = capsys.readouterr().out
         assert f"A: MLflow run {run_a} ({ref} = version 1)" in out
-        assert "verdict: B - A accuracy +4.0 pt" in out
+        assert "verdict: B - A macro-F1 (the headline) +4.0 pt" in out
     assert main(["models:/m@best", str(b), "--tracking-uri", uri]) == 1
     err = capsys.readouterr().err
     assert "no registered version models:/m@best" in err and "run `dvc repro` first" in err
@@ -238,7 +259,7 @@ def test_folders_compare_and_a_refusing_store_does_not_lose_the_result(tmp_path,
     b = write_eval(tmp_path / "b" / "eval", ids, gold, pred_b)
     assert main([str(a), str(b / "predictions.parquet")]) == 0
     printed = capsys.readouterr()
-    assert "verdict: B - A accuracy +4.0 pt" in printed.out
+    assert "verdict: B - A macro-F1 (the headline) +4.0 pt" in printed.out
     assert "not logged to MLflow: B is not an MLflow run" in printed.err
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

@@ -116,7 +116,7 @@ def test_a_row_level_win_is_within_noise_once_the_seed_spread_counts():
     assert accuracy["rows_ci95"][0] > 0  # row-level (seeds ignored): excludes 0
     assert accuracy["ci95"][0] < 0 < accuracy["ci95"][1]  # seed-aware: holds 0
     assert accuracy["seed_share"] > 0.9
-    assert out["verdict"].startswith("B - A accuracy +3.0 pt over 3 vs 3 seeds, 95% CI [-")
+    assert out["verdict"].startswith("B - A macro-F1 (the headline) +3.0 pt over 3 vs 3 seeds, 95% CI [-")
     assert ": within noise; the seed-to-seed spread (±" in out["verdict"]
     assert out["verdict"].endswith(" pt): run more seeds")
     # A single pair says something else again: one seed each, B1 (74) against A1 (80).
@@ -138,7 +138,7 @@ def test_a_real_effect_with_small_seed_spread_is_seen_where_one_pair_sees_noise(
     assert accuracy["ci95"][0] > 0 and accuracy["rows_ci95"][0] > 0
     assert accuracy["seeds_ci95"] == pytest.approx([0.02, 0.02])
     assert accuracy["seed_share"] == pytest.approx(0, abs=1e-9)
-    assert out["verdict"].startswith("B - A accuracy +2.0 pt over 6 vs 6 seeds, 95% CI [+")
+    assert out["verdict"].startswith("B - A macro-F1 (the headline) +2.0 pt over 6 vs 6 seeds, 95% CI [+")
     assert out["verdict"].endswith(": B is better; the row sampling (±1.0 pt) dominates the "
                                    "seed-to-seed spread (±0.0 pt)")
     single = significance.compare(scored("a1", gold, pred_a[0]), scored("b1", gold, pred_b[0]))
@@ -226,7 +226,7 @@ def test_two_sweeps_compare_and_log_a_run_of_their_own(tmp_path, capsys):
     assert main(["sweep:x", "sweep:y", "--tracking-uri", uri, "--out", str(out)]) == 0
     printed = capsys.readouterr()
     assert f"sweep:y: left out 1 unfinished runs ({running} RUNNING)" in printed.err
-    assert "verdict: B - A accuracy +3.0 pt over 3 vs 3 seeds" in printed.out
+    assert "verdict: B - A macro-F1 (the headline) +3.1 pt over 3 vs 3 seeds" in printed.out
     assert f"\nA1     0.8000   0.7981  MLflow run {ids['x'][0]} (sweep:x) in {uri}\n" in printed.out
     result = json.loads(out.read_text())
     assert [r["mlflow_run_id"] for r in result["b"]["runs"]] == ids["y"]
@@ -266,7 +266,7 @@ def test_folders_as_groups_and_single_runs_keep_the_paired_test(tmp_path, capsys
     for argv in ([a[0], b[0]], [a[0], "--vs", b[0]]):  # one run a side: today's paired test
         assert main(argv) == 0
         out = capsys.readouterr().out
-        assert "McNemar exact p" in out and "verdict: B - A accuracy" in out and "seeds" not in out
+        assert "McNemar exact p" in out and "verdict: B - A macro-F1 (the headline)" in out and "seeds" not in out
     with pytest.raises(SystemExit) as exit_:
         main([*a])
     assert exit_.value.code == 2
@@ -311,6 +311,6 @@ def test_groups_whose_runs_differ_in_more_than_the_seed_are_refused_unless_asked
     assert ("WARNING: B's 2 runs are not seeds of one recipe: they differ in train.lr (0.0001, "
             "0.0003), train.max_steps (0, 30), not only in train.seed: the seeds-only figures "
             "count recipe differences as seed noise") in out
-    assert "verdict: B - A accuracy +3.0 pt over 3 vs 2 runs of mixed recipes" in out
+    assert "verdict: B - A macro-F1 (the headline) +3.2 pt over 3 vs 2 runs of mixed recipes" in out
     logged = [r for r in client.search_runs([exp]) if r.data.tags.get("wellfed.compare")]
     assert [r.data.tags["wellfed.compare"] for r in logged] == ["mixed recipes"]

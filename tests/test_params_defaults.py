@@ -5,13 +5,12 @@ the project's params.yaml says)."""
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
+import subprocess
 
 import yaml
 
+from tests.committed import committed_params, committed_text
 from wellfed.config import SECTIONS, load_params
-
-PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
 
 
 def default(field: dataclasses.Field):
@@ -21,9 +20,10 @@ def default(field: dataclasses.Field):
     return field.default
 
 
-def test_params_yaml_lists_every_key_with_the_dataclass_default():
-    loaded = dict(zip(SECTIONS, load_params(PARAMS, *SECTIONS)))
-    raw = yaml.safe_load(PARAMS.read_text())
+def test_params_yaml_lists_every_key_with_the_dataclass_default(tmp_path):
+    params = committed_params(tmp_path)  # git's copy: `dvc exp run -S` rewrites the workspace's
+    loaded = dict(zip(SECTIONS, load_params(params, *SECTIONS)))
+    raw = yaml.safe_load(params.read_text())
     problems, checked = [], 0
     for name, cls in SECTIONS.items():
         for field in dataclasses.fields(cls):
@@ -40,7 +40,7 @@ def test_params_yaml_lists_every_key_with_the_dataclass_default():
 def test_every_params_yaml_key_has_a_comment():
     uncommented = []
     section = None
-    for line in PARAMS.read_text().splitlines():
+    for line in committed_text("params.yaml").splitlines():
         if not line.strip() or line.lstrip().startswith(("#", "- ")):
             continue  # a comment, or a list's item (its key's comment is above the items)
         if not line.startswith(" "):
@@ -48,3 +48,19 @@ def test_every_params_yaml_key_has_a_comment():
         elif "#" not in line:
             uncommented.append(f"{section}.{line.split(':')[0].strip()}")
     assert not uncommented, f"params.yaml keys without a comment: {uncommented}"
+
+
+def test_the_committed_params_yaml_is_read_not_the_workspaces(tmp_path):
+    """After `dvc exp run -S train.lr=...` the workspace's params.yaml differs from git's; the
+    tests above read git's (and the file itself outside a git checkout)."""
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path,
+                       check=True, capture_output=True)
+
+    (tmp_path / "params.yaml").write_text("train:\n  lr: 1.0e-4\n")
+    assert committed_text("params.yaml", tmp_path) == "train:\n  lr: 1.0e-4\n"  # no git yet
+    git("init", "-q")
+    git("add", "params.yaml")
+    git("commit", "-qm", "params")
+    (tmp_path / "params.yaml").write_text("train:\n  lr: 0.0002\n")  # as an experiment leaves it
+    assert committed_text("params.yaml", tmp_path) == "train:\n  lr: 1.0e-4\n"

@@ -8,7 +8,6 @@ its comment kept."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-PROJECT = Path(__file__).resolve().parents[1]
+from tests.committed import committed_text
 
 # A stand-in pipeline: `dvc exp run` needs a stage to run, and how DVC writes params.yaml back does
 # not depend on which stages there are.
@@ -40,7 +39,8 @@ def run(args: list[str], cwd: Path) -> str:
 @pytest.fixture
 def project_copy(tmp_path: Path) -> Path:
     """A git + DVC repository holding the project's params.yaml and the stand-in pipeline."""
-    shutil.copy(PROJECT / "params.yaml", tmp_path / "params.yaml")
+    (tmp_path / "params.yaml").write_text(committed_text("params.yaml"))  # git's, not the
+    # workspace's: an experiment the user ran leaves its values there
     (tmp_path / "dvc.yaml").write_text(STAND_IN)
     dvc = str(Path(sys.executable).with_name("dvc"))
     run(["git", "init", "-q"], tmp_path)
@@ -86,7 +86,7 @@ def other_value(value):
 
 
 def test_setting_every_scalar_key_changes_its_own_line_and_keeps_its_comment(project_copy):
-    params = yaml.safe_load((PROJECT / "params.yaml").read_text())
+    params = yaml.safe_load(committed_text("params.yaml"))
     scalars = {f"{section}.{key}": value for section, keys in params.items()
                for key, value in keys.items() if not isinstance(value, (list, dict))}
     assert len(scalars) >= 60

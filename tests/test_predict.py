@@ -37,7 +37,11 @@ def test_a_headerless_tsv_gives_the_same_predictions_in_input_order_whatever_the
     one = pd.read_parquet(tmp_path / "one.parquet")
     many = pd.read_csv(tmp_path / "many.csv")
     assert one["row"].tolist() == many["row"].tolist() == list(range(18))
-    assert list(one.columns) == ["row", "label", "score", "prob_no", "prob_yes", "truncated"]
+    assert list(one.columns) == ["row", "text", "text_pair", "label", "score", "prob_no",
+                                 "prob_yes", "truncated"]
+    pairs = [ln.rstrip("\n").split("\t") for ln in lines]  # the input beside its prediction
+    assert one["text"].tolist() == many["text"].tolist() == [a for a, _ in pairs]
+    assert one["text_pair"].tolist() == [b for _, b in pairs]
     np.testing.assert_allclose(one["prob_yes"], many["prob_yes"], rtol=1e-5)
     direct = serving.predict(serving.load(pair_model), pd.DataFrame(
         {"premise": [a for a, _ in (ln.rstrip("\n").split("\t") for ln in lines)],

@@ -8,6 +8,7 @@ import json
 
 import mlflow
 
+from wellfed.search.rungs import Rungs
 from wellfed.track import runs_view
 
 
@@ -38,10 +39,14 @@ def test_the_view_is_saved_once_and_make_ui_prints_its_address(tmp_path, capsys)
     state = json.loads(saved["state"])
     columns = ["metrics.`eval/macro_f1`", "tags.`wellfed.alias`", "metrics.`eval/accuracy`",
                "metrics.`eval/ece`", "metrics.`train/real_tokens_per_s`",
-               "metrics.`train/seconds`", "attributes.`Models`"]
+               "metrics.`train/seconds`", "params.`model.name`", "params.`train.lr`",
+               "params.`train.epochs`", "params.`train.max_steps`",
+               "params.`train.global_batch_size`", "params.`train.seed`", "attributes.`Models`"]
     assert state["orderByKey"] == "metrics.`eval/macro_f1`" and state["orderByAsc"] is False
     assert state["selectedColumns"] == state["columnOrder"] == columns
-    assert state["searchFilter"] == "tags.`wellfed.compare` IS NULL"
+    assert state["searchFilter"] == ("tags.`wellfed.compare` IS NULL AND "
+                                     "tags.`wellfed.sweep_parent` IS NULL AND "
+                                     "tags.`wellfed.group` IS NULL")
     charts = state["compareRunCharts"]
     assert [c["metricKey"] for c in charts] == ["eval/macro_f1", "eval/accuracy", "eval/ece",
                                                 "train/real_tokens_per_s", "train/seconds"]
@@ -53,16 +58,32 @@ def test_the_view_is_saved_once_and_make_ui_prints_its_address(tmp_path, capsys)
 
 
 def test_the_headline_views_filter_leaves_out_comparisons_and_keeps_every_pipeline_run(tmp_path):
-    """`wellfed-compare a b c --vs d e f` logs a run of its own, tagged wellfed.compare: the
-    view's filter, run by the store itself, keeps every other run, tagged or not."""
+    """`wellfed-compare a b c --vs d e f` logs a run of its own, tagged wellfed.compare; a
+    sweep's parent, a search's parent and its trials are tagged wellfed.group (they have no
+    test figures: rows of "-"). The view's filter, run by the store itself, keeps every other
+    run, tagged or not: a sweep's trials and a search's winner are pipeline runs."""
+    from wellfed.search import story
+    from wellfed.track import sweeps
+
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = mlflow.MlflowClient(uri)
     exp = client.create_experiment("wellfed")
     plain = client.create_run(exp).info.run_id
     tagged = client.create_run(exp, tags={"wellfed.alias": "@champion"}).info.run_id
     client.create_run(exp, tags={runs_view.COMPARISON: "seeds"})
+    sweep = sweeps.parent_run(uri, "wellfed", "lr")  # as a sweep's first trial makes it
+    trial = client.create_run(exp, tags={sweeps.SWEEP_TAG: "lr", "mlflow.parentRunId": sweep})
+    search = story.parent_run(uri, "wellfed", "s-1", {})
+    teller = story.Story(uri, search, "s-1", "search", tmp_path / "s", "val/macro_f1",
+                         Rungs([4], 2, False), 8)
+    teller.start("aaaa1111", {"train.lr": 1e-4})  # a search trial's child run
+    winner = client.create_run(exp, tags={story.SEARCH_TAG: "s-1", story.PHASE_TAG: "winner",
+                                          "mlflow.parentRunId": search}).info.run_id
+    assert len(client.search_runs([exp])) == 8
+    assert runs_view.SWEEP_PARENT == sweeps.PARENT
     filtered = client.search_runs([exp], runs_view.headline(["eval/macro_f1"]).filter)
-    assert sorted(r.info.run_id for r in filtered) == sorted([plain, tagged])
+    assert sorted(r.info.run_id for r in filtered) == sorted([plain, tagged, trial.info.run_id,
+                                                              winner])
 
 
 def test_a_search_parent_saves_a_view_of_its_trials_by_its_objective(tmp_path):

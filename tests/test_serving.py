@@ -90,11 +90,12 @@ def test_any_single_string_column_is_the_text_and_a_missing_column_is_one_line(p
 @pytest.mark.parametrize("blank", [None, float("nan"), "", "  \t "])
 def test_an_empty_text_is_refused_naming_its_row_as_prepare_and_predict_do(predictor, blank):
     """One rule (wellfed.texts): null or only whitespace is no text, in training, predict and
-    here; the row is counted from 1, as prepare counts data rows."""
+    here; a request's row is counted from 0, as its list and predict's `row` column count it
+    (the pandas index MLflow's error prints beside it)."""
     frame = pd.DataFrame({"sentence": ["fine", blank, "ok", blank]})
     with pytest.raises(ValueError) as err:
         serving.predict(predictor, frame)
-    assert str(err.value) == ("input: data row 2 has empty text in column 'sentence' (2 such "
+    assert str(err.value) == ("input: row 1 (0-based) has empty text in column 'sentence' (2 such "
                               "rows); every row needs a text: fill it in or remove the row")
 
 
@@ -187,20 +188,21 @@ def test_registered_model_loads_with_pyfunc_and_answers_in_input_order(registere
     with pytest.raises(MlflowException) as err:
         model.predict(pd.DataFrame({"sentence": ["fine", ""]}))
     assert err.value.error_code == "INVALID_PARAMETER_VALUE"
-    assert err.value.message == ("input: data row 2 has empty text in column 'sentence' (1 such "
-                                 "row); every row needs a text: fill it in or remove the row")
+    assert err.value.message == ("input: row 1 (0-based) has empty text in column 'sentence' "
+                                 "(1 such row); every row needs a text: fill it in or remove the "
+                                 "row")
 
 
-EMPTY = ("input: data row {} has empty text in column 'sentence' (1 such row); every row needs "
-         "a text: fill it in or remove the row")
+EMPTY = ("input: row {} (0-based) has empty text in column 'sentence' (1 such row); every row "
+         "needs a text: fill it in or remove the row")
 NULLS = [  # every request format MLflow's scoring server takes, a null text in each
-    ({"inputs": {"sentence": ["ok", None]}}, 2), ({"inputs": {"sentence": None}}, 1),
-    ({"inputs": {"sentence": [None]}}, 1), ({"inputs": ["ok", None]}, 2),
-    ({"instances": [{"sentence": "ok"}, {"sentence": None}]}, 2),
-    ({"instances": [{"sentence": None}]}, 1), ({"instances": ["ok", None]}, 2),
-    ({"dataframe_split": {"columns": ["sentence"], "data": [["ok"], [None]]}}, 2),
-    ({"dataframe_records": [{"sentence": "ok"}, {"sentence": None}]}, 2),
-    ({"dataframe_records": [{"sentence": "ok"}, {}]}, 2)]
+    ({"inputs": {"sentence": ["ok", None]}}, 1), ({"inputs": {"sentence": None}}, 0),
+    ({"inputs": {"sentence": [None]}}, 0), ({"inputs": ["ok", None]}, 1),
+    ({"instances": [{"sentence": "ok"}, {"sentence": None}]}, 1),
+    ({"instances": [{"sentence": None}]}, 0), ({"instances": ["ok", None]}, 1),
+    ({"dataframe_split": {"columns": ["sentence"], "data": [["ok"], [None]]}}, 1),
+    ({"dataframe_records": [{"sentence": "ok"}, {"sentence": None}]}, 1),
+    ({"dataframe_records": [{"sentence": "ok"}, {}]}, 1)]
 NOT_TEXT = [({"inputs": {"sentence": ["ok", 3]}}, "3 (int)"),
             ({"instances": ["ok", True]}, "True (bool)"),
             ({"dataframe_split": {"columns": ["sentence"], "data": [["ok"], [1.5]]}},
@@ -238,7 +240,7 @@ def test_every_request_format_refuses_a_null_text_and_reads_texts_alike(register
                 answer(model, body)
             assert err.value.get_http_status_code() == 400, body
             assert err.value.message.endswith(
-                f"Error: input: data row 2 in column 'sentence' is {shown}, not a text; send "
+                f"Error: input: row 1 (0-based) in column 'sentence' is {shown}, not a text; send "
                 "each text as a string"), (body, err.value)
         texts = TEXTS[:3]
         expected = serving.predict(predictor, pd.DataFrame({"sentence": texts}))
@@ -262,7 +264,7 @@ def test_a_row_of_lists_is_unpacked_for_pairs_and_refused_when_lengths_differ():
     assert rows.to_dict("list") == {"premise": ["p1", "p2"], "hypothesis": ["h1", "h2"]}
     ragged = pd.DataFrame({"premise": [["p1", "p2"]], "hypothesis": [["h1"]]})
     assert serving.served_rows(ragged, spec) is ragged
-    with pytest.raises(ValueError, match=r"^input: data row 1 in column 'premise' is \['p1', "
+    with pytest.raises(ValueError, match=r"^input: row 0 \(0-based\) in column 'premise' is \['p1', "
                                          r"'p2'\] \(list\), not a text"):
         serving.text_columns(ragged, spec)
     plain = pd.DataFrame({"premise": ["p"], "hypothesis": ["h"]})
@@ -326,7 +328,7 @@ def test_mlflow_models_serve_answers_invocations(registered, predictor, tmp_path
             answer = json.loads(text)
             assert status == 400 and answer["error_code"] == "INVALID_PARAMETER_VALUE", text
             assert answer["message"].endswith(
-                "Error: input: data row 2 has empty text in column 'sentence' (1 such row); "
+                "Error: input: row 1 (0-based) has empty text in column 'sentence' (1 such row); "
                 "every row needs a text: fill it in or remove the row"), text
             assert "stack_trace" not in answer and "Traceback" not in text
             assert "site-packages" not in text and str(tmp_path) not in text, text

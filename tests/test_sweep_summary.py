@@ -74,13 +74,16 @@ def test_the_parent_run_holds_trials_recipes_best_and_the_verdict(store, tmp_pat
     assert parent.data.tags["wellfed.sweep.recipe_keys"] == "train.lr, train.max_steps"
     note = parent.data.tags["mlflow.note.content"]
     best = max(figures, key=figures.get)
-    assert note.startswith(f"### sweep grid: best trial {client.get_run(best).info.run_name} "
-                           f"eval/macro_f1 {figures[best]:.4f} (train.lr=0.0001 "
-                           "train.max_steps=0, seed 3); 7 of 8 trials evaluated, 1 running\n")
+    assert note.startswith(f"### sweep grid: best recipe train.lr=0.0001 train.max_steps=0 "
+                           f"eval/macro_f1 {statistics.fmean(fast_f1):.4f} ± "
+                           f"{statistics.stdev(fast_f1):.4f}, the mean of its 3 trials; best "
+                           f"trial {client.get_run(best).info.run_name} {figures[best]:.4f} "
+                           "(train.lr=0.0001 train.max_steps=0, seed 3); 7 of 8 trials "
+                           "evaluated, 1 running\n")
     assert (f"| train.lr=0.0001 train.max_steps=30 | 1 | {figures[leaked]:.4f} ± n/a | "
             f"{figures[leaked]:.4f} |") in note
     assert ("**verdict** B = train.lr=0.0001 train.max_steps=0, A = train.lr=2e-05 "
-            "train.max_steps=0: B - A accuracy +3.0 pt over 3 vs 3 seeds") in note
+            "train.max_steps=0: B - A macro-F1 (the headline) +3.1 pt over 3 vs 3 seeds") in note
     assert note.count("?workflowType=machine_learning) |") == 8  # every trial, linked
     assert f"runs/{running}?workflowType=machine_learning) | train.lr=2e-05 " \
            "train.max_steps=0 | 5 | n/a | RUNNING |" in note
@@ -92,8 +95,19 @@ def test_the_parent_run_holds_trials_recipes_best_and_the_verdict(store, tmp_pat
     assert main(["sweep:grid", "--tracking-uri", uri, "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "verdict: B = train.lr=0.0001 train.max_steps=0" in printed
-    assert "  trials  eval/macro_f1 mean ± sd   best\n" in printed
-    assert "train.lr=0.0001 train.max_steps=30       1  0.7392 ± n/a       0.7392\n" in printed
+    shown = printed.splitlines()
+    start = shown.index(next(line for line in shown if line.startswith("recipe ")))
+    table = shown[start:start + 4]  # the header and 3 recipes, the columns aligned
+    assert table[0].split() == ["recipe", "trials", "eval/macro_f1", "mean", "±", "sd", "best"]
+    assert len({len(line) for line in table}) == 1, table
+    assert len({line.index(" ±") for line in table[1:]}) == 1, table
+    assert any(line.startswith("train.lr=0.0001 train.max_steps=30") and
+               line.split()[-4:] == ["0.7392", "±", "n/a", "0.7392"] for line in table)
+    start = shown.index(next(line for line in shown if line.startswith("trial ")))
+    trials = shown[start:start + 9]  # the header and 8 trials
+    assert trials[0].split() == ["trial", "recipe", "seed", "eval/macro_f1", "status"]
+    assert len({line.index(line.split()[-1]) for line in trials}) == 1, trials  # status
+    assert "-" not in {word for line in trials for word in line.split()}
     summary = json.loads(out.read_text())
     assert summary["evaluated"] == 7 and len(summary["trials"]) == 8
     older = {**summary, "evaluated": 3}
@@ -118,3 +132,20 @@ def test_one_recipe_gets_its_spread_and_no_verdict(store, tmp_path):
     assert sweep_summary.after_trial(uri, client.create_run(exp).info.run_id) == ""
     assert sweep_summary.after_trial(uri, "0" * 32).startswith(
         "WARNING: the sweep's summary was not updated (")
+
+
+def test_a_sweep_of_seeds_alone_shows_no_recipe_column():
+    trials = [{"name": f"t{i}", "recipe": "", "seed": str(i), "value": 0.8 + i / 100,
+               "status": "FINISHED", "run_id": str(i)} for i in (1, 2)]
+    summary = {"sweep": "seeds", "metric": "eval/macro_f1", "trials": trials, "evaluated": 2,
+               "recipes": [{"recipe": "", "trials": 2, "mean": 0.815, "sd": 0.0071,
+                            "best": 0.82}],
+               "best": trials[1], "verdict": "one recipe: nothing to compare", "experiment_id": "0"}
+    shown = sweep_summary.lines(summary, markdown=False)
+    assert shown[0].startswith("sweep seeds: best recipe (the one recipe) eval/macro_f1 0.8150 "
+                               "± 0.0071, the mean of its 2 trials; best trial t2 0.8200")
+    assert shown[-3:] == ["trial  seed  eval/macro_f1  status",
+                          "t1        1         0.8100  FINISHED",
+                          "t2        2         0.8200  FINISHED"]
+    note = sweep_summary.lines(summary, markdown=True)
+    assert "| trial | seed | eval/macro_f1 | status |" in note

@@ -14,13 +14,16 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.e2e.pipeline import env, make_project, mlflow_runs, run
 
 pytestmark = [pytest.mark.e2e]
 TRIALS, SEEDS = 6, [1, 2]
-SEARCH = {"trials": TRIALS, "min_steps": 4, "max_steps": 16, "reduction_factor": 2,
-          "finalists": 2, "seeds": SEEDS, "concurrent": 1, "fuse": "false",
+# params.yaml asks 16 trials and 3 seeds; every run says --trials 6 --seeds 1,2 (not written)
+OPTIONS = ("--trials", str(TRIALS), "--seeds", ",".join(map(str, SEEDS)))
+SEARCH = {"trials": 16, "min_steps": 4, "max_steps": 16, "reduction_factor": 2,
+          "finalists": 2, "seeds": [1, 2, 3], "concurrent": 1, "fuse": "false",
           "space": {"train": {"lr": "log_uniform 1e-4 5e-2", "warmup_ratio": "uniform 0.0 0.2"}}}
 
 
@@ -59,7 +62,8 @@ def ledger(project: Path) -> dict[str, dict]:
 
 
 def test_a_search_stopped_then_killed_resumes_proves_its_winner_and_runs_it(project):
-    code, out = search(project, stop_after=2)
+    searched = yaml.safe_load((project / "params.yaml").read_text())["search"]
+    code, out = search(project, *OPTIONS, stop_after=2)
     assert code == 143, out[-3000:]
     assert "stopped by SIGTERM: finished trials are kept" in out
     before = {t: e for t, e in ledger(project).items() if e["phase"] == "search"}
@@ -69,14 +73,16 @@ def test_a_search_stopped_then_killed_resumes_proves_its_winner_and_runs_it(proj
     assert len(parents) == 1 and parents[0].info.status == "KILLED"
 
     # resumed, then killed outright (SIGKILL: no state saved on the way out) two trials later
-    code, out = search(project, stop_after=len(before) + 2, how=signal.SIGKILL)
+    code, out = search(project, *OPTIONS, stop_after=len(before) + 2, how=signal.SIGKILL)
     assert code == -signal.SIGKILL, out[-3000:]
     killed = {t: e for t, e in ledger(project).items() if e["phase"] == "search"}
     assert len(killed) >= len(before) + 2
     assert {t: killed[t] for t in before} == before  # what finished before the stop is kept
 
-    code, out = search(project)
+    code, out = search(project, *OPTIONS)
     assert code == 0, out[-3000:]
+    # the options were not written (the winner's `dvc exp run -S` sets its train keys only)
+    assert yaml.safe_load((project / "params.yaml").read_text())["search"] == searched
     after = ledger(project)
     assert {t: after[t] for t in killed} == killed
     # no finished trial trained again: progress goes on from where it was, and a trial that
@@ -96,6 +102,8 @@ def test_a_search_stopped_then_killed_resumes_proves_its_winner_and_runs_it(proj
         by_phase.setdefault(r.data.tags.get("wellfed.search.phase"), []).append(r)
     (parent,) = by_phase["parent"]
     assert parent.info.run_id == parents[0].info.run_id and parent.info.status == "FINISHED"
+    assert parent.data.params["search.options"] == "--trials 6 --seeds 1,2"
+    assert parent.data.params["search.trials"] == "6"
     assert len(by_phase["search"]) == len(searched) and len(by_phase["proof"]) == 2 * len(SEEDS)
     for child in by_phase["search"] + by_phase["proof"]:
         assert child.info.status == "FINISHED"
@@ -106,7 +114,10 @@ def test_a_search_stopped_then_killed_resumes_proves_its_winner_and_runs_it(proj
     stopped = [o for o in outcomes if o.startswith("stopped by ASHA at rung")]
     assert stopped and all("the cutoff" in o for o in stopped)
     note = parent.data.tags["mlflow.note.content"]
-    assert "**Best recipe:**" in note and "**Final check:**" in note and "ASHA stopped" in note
+    assert "**Winner:**" in note and "**Final check:**" in note and "ASHA stopped" in note
+    assert "the mean over seeds 1, 2 (final check" in note
+    winner_line = next(line for line in out.splitlines() if ": the winner is " in line)
+    assert "the mean over seeds 1, 2" in winner_line  # the proven figure leads
     assert parent.data.metrics["search/trials"] == len(searched)
     assert parent.data.metrics["search/steps"] < parent.data.metrics["search/grid_steps"]
 
@@ -123,7 +134,6 @@ def test_a_search_stopped_then_killed_resumes_proves_its_winner_and_runs_it(proj
 
 def test_bad_search_params_fail_in_one_line_before_any_trial(project):
     text = (project / "params.yaml").read_text()
-    import yaml
 
     params = yaml.safe_load(text)
     params["search"]["metric"] = "val/pearson"

@@ -164,7 +164,7 @@ def test_every_marked_docs_command_runs_as_written(story):
         outputs.append(proc.stdout)
     metrics, compare, plots, serve, load = outputs
     assert "eval/macro_f1" in metrics and experiments[0] in metrics
-    assert compare.count("verdict: B - A accuracy") == 3
+    assert compare.count("verdict: B - A macro-F1 (the headline)") == 3
     assert f"A: MLflow run {runs[1].info.run_id} (models:/{NAME}@champion = version 2)" in compare
     assert (dest / "compare.json").is_file() and (dest / "dvc_plots" / "index.html").is_file()
     assert json.loads(serve)["predictions"][0]["label"] in {"negative", "neutral", "positive"}

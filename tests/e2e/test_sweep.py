@@ -116,6 +116,6 @@ def test_every_trial_is_complete_and_nested_under_the_sweep(sweep):
     assert summary.metrics["sweep/trials"] == 3 and summary.metrics["sweep/recipes"] == 1
     best = max(t.data.metrics["eval/macro_f1"] for t in trials)
     assert summary.metrics["sweep/best/eval/macro_f1"] == best
-    assert summary.tags["mlflow.note.content"].startswith("### sweep seeds: best trial ")
+    assert summary.tags["mlflow.note.content"].startswith("### sweep seeds: best recipe ")
     assert "3 of 3 trials evaluated" in summary.tags["mlflow.note.content"]
     assert parents[0].info.end_time == max(t.info.end_time for t in trials)

@@ -240,6 +240,6 @@ def test_the_champion_is_served_and_the_sweep_compared_through_the_server(store,
     proc = subprocess.run(["wellfed-compare", f"sweep:{SWEEP}"], cwd=project, env=team_env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert f"sweep {SWEEP}: best trial " in proc.stdout
+    assert f"sweep {SWEEP}: best recipe " in proc.stdout
     assert f"{len(RECIPES) * len(SEEDS)} of {len(RECIPES) * len(SEEDS)} trials evaluated" in \
         proc.stdout

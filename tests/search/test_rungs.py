@@ -18,8 +18,13 @@ def test_milestones_are_min_steps_times_the_factor_below_the_budget():
 
 def test_a_stop_is_said_with_its_rung_cutoff_and_count():
     rungs = Rungs([4, 8], 2, lower_is_better=False)
-    rungs.observe("a", 4, 0.8, "val/macro_f1")
-    rungs.observe("b", 4, 0.6, "val/macro_f1")
+    assert rungs.observe("a", 4, 0.8, "val/macro_f1") == \
+        "rung 1 of 2 (step 4): val/macro_f1 0.8000, the first there: promoted"
+    assert rungs.observe("b", 4, 0.6, "val/macro_f1") == \
+        "rung 1 of 2 (step 4): val/macro_f1 0.6000, cutoff 0.8000: stopped"
+    assert rungs.observe("a", 6, 0.9, "val/macro_f1") is None  # between milestones: no line
+    assert rungs.short == {"a": "went on at step 4: 0.8000, the first there",
+                           "b": "stopped at step 4: 0.6000 < 0.8000"}  # a narrow column's
     assert rungs.said["a"] == "continued at rung 1 of 2 (step 4): the first there"
     assert rungs.said["b"].startswith("stopped by ASHA at rung 1 of 2 (step 4): val/macro_f1 "
                                       "0.6000 was below the cutoff 0.8000")
@@ -27,6 +32,7 @@ def test_a_stop_is_said_with_its_rung_cutoff_and_count():
     lower.observe("a", 4, 0.3, "val/loss")
     lower.observe("b", 4, 0.5, "val/loss")
     assert "val/loss 0.5000 was above the cutoff 0.3000" in lower.said["b"]
+    assert lower.short["b"] == "stopped at step 4: 0.5000 > 0.3000"
 
 
 def scores(config):
@@ -56,11 +62,13 @@ def test_rungs_agree_with_ray_tunes_asha_on_every_trial(tmp_path, mode, local_ra
     from ray.tune.schedulers import ASHAScheduler
 
     steps = [m for m in milestones(4, 32, 2) if m < 32]
-    rungs, last = Rungs(steps, 2, lower_is_better=mode == "min"), {}
+    rungs, last, lines = Rungs(steps, 2, lower_is_better=mode == "min"), {}, {}
 
     class Mirror(tune.Callback):
         def on_trial_result(self, iteration, trials, trial, result, **info):
-            rungs.observe(trial.trial_id, result["step"], result["score"], "score")
+            line = rungs.observe(trial.trial_id, result["step"], result["score"], "score")
+            if line:
+                lines.setdefault(trial.trial_id, []).append(line)
             last[trial.trial_id] = result["step"]
 
     tune.Tuner(tune.with_resources(scores, {"cpu": 1}),
@@ -74,3 +82,6 @@ def test_rungs_agree_with_ray_tunes_asha_on_every_trial(tmp_path, mode, local_ra
     stopped_by_asha = {t for t, step in last.items() if step < 32}
     said_stopped = {t for t, text in rungs.said.items() if text.startswith("stopped")}
     assert stopped_by_asha and stopped_by_asha == said_stopped
+    # the console's line at each rung says the same: a stopped trial's last line is its stop
+    assert {t for t, said in lines.items() if said[-1].endswith(": stopped")} == stopped_by_asha
+    assert all(s.endswith(": promoted") for said in lines.values() for s in said[:-1])

@@ -29,7 +29,8 @@ from __future__ import annotations
 import numpy as np
 
 from wellfed.compare.prediction_sources import Scored
-from wellfed.compare.significance import CELLS, RESAMPLES, SEED, align, macro_f1, points
+from wellfed.compare.significance import (CELLS, HEADLINE, NAMES, RESAMPLES, SEED, align,
+                                          macro_f1, named, points)
 
 METRICS = ("accuracy", "macro_f1")
 SOURCES = ("both", "rows", "seeds")
@@ -146,6 +147,7 @@ def compare_groups(a: list[Scored], b: list[Scored], resamples: int = RESAMPLES,
             "a_sd": float(values[:len(a)].std(ddof=1)), "b_sd": float(values[len(a):].std(ddof=1)),
             **{("ci95" if s == "both" else f"{s}_ci95"): interval(d[s]) for s in SOURCES},
             "seed_share": shares["seeds"] / sum(shares.values()) if sum(shares.values()) else None}
+    result["verdict_metric"] = HEADLINE
     result["verdict"] = verdict(result, len(a), len(b))
     return result
 
@@ -159,19 +161,21 @@ def half_width(ci: list[float]) -> float:
 
 
 def verdict(result: dict, runs_a: int, runs_b: int) -> str:
-    """'B - A accuracy +1.2 pt over 3 vs 3 seeds, 95% CI [-0.8, +3.1]: within noise; the
-    seed-to-seed spread (±1.4 pt) dominates the row sampling (±0.6 pt): run more seeds'.
+    """'B - A macro-F1 (the headline) +1.2 pt over 3 vs 3 seeds, 95% CI [-0.8, +3.1]: within
+    noise; the seed-to-seed spread (±1.4 pt) dominates the row sampling (±0.6 pt): run more
+    seeds'.
 
-    Within noise when the two-way accuracy interval holds 0. The source with the larger
+    On the task's headline (macro-F1: what the champion and the search rank on). Within noise
+    when its two-way interval holds 0. The source with the larger
     bootstrap variance dominates (each shown as its own interval's half-width); when within
     noise, the advice follows it: more seeds narrow the seed term, a larger test split the rows'.
     """
-    accuracy = result["accuracy"]
-    low, high = accuracy["ci95"]
+    headline = result[HEADLINE]
+    low, high = headline["ci95"]
     call = "within noise" if low <= 0 <= high else "B is better" if low > 0 else "B is worse"
-    seeds = f"the seed-to-seed spread (±{100 * half_width(accuracy['seeds_ci95']):.1f} pt)"
-    rows = f"the row sampling (±{100 * half_width(accuracy['rows_ci95']):.1f} pt)"
-    share = accuracy["seed_share"]
+    seeds = f"the seed-to-seed spread (±{100 * half_width(headline['seeds_ci95']):.1f} pt)"
+    rows = f"the row sampling (±{100 * half_width(headline['rows_ci95']):.1f} pt)"
+    share = headline["seed_share"]
     if share is None:
         noise = "no spread from seeds or rows"
     elif share >= 0.5:
@@ -182,11 +186,11 @@ def verdict(result: dict, runs_a: int, runs_b: int) -> str:
             else "")
     if result.get("mixed"):  # another recipe's runs are not seeds: "seed" figures mix both
         noise = noise.replace("seed-to-seed spread", "run-to-run spread (recipes mixed)")
-        return (f"B - A accuracy {100 * accuracy['diff']:+.1f} pt over {runs_a} vs {runs_b} runs "
-                f"of mixed recipes, 95% CI [{100 * low:+.1f}, {100 * high:+.1f}]: {call}; "
-                f"{noise}")
-    return (f"B - A accuracy {100 * accuracy['diff']:+.1f} pt over {runs_a} vs {runs_b} seeds, "
-            f"95% CI [{100 * low:+.1f}, {100 * high:+.1f}]: {call}; {noise}")
+        return (f"B - A {named(HEADLINE)} {100 * headline['diff']:+.1f} pt over {runs_a} vs "
+                f"{runs_b} runs of mixed recipes, 95% CI [{100 * low:+.1f}, {100 * high:+.1f}]: "
+                f"{call}; {noise}")
+    return (f"B - A {named(HEADLINE)} {100 * headline['diff']:+.1f} pt over {runs_a} vs "
+            f"{runs_b} seeds, 95% CI [{100 * low:+.1f}, {100 * high:+.1f}]: {call}; {noise}")
 
 
 def table(result: dict) -> str:
@@ -209,11 +213,12 @@ def table(result: dict) -> str:
                 for key in ("ci95", "rows_ci95", "seeds_ci95")]
         lines.append(f"{name:10}{m['a']:8.4f}{m['b']:8.4f}{points(m['diff']):>12}  "
                      f"{ends[0]:17}{ends[1]:17}{ends[2]}")
-    share = result["accuracy"]["seed_share"]
+    headline = result[HEADLINE]  # the verdict's figure
+    share = headline["seed_share"]
     if share is not None:
-        lines += ["", f"accuracy variance: seeds {100 * share:.0f}%, rows {100 - 100 * share:.0f}%"
-                      f" (sd over seeds: A {100 * result['accuracy']['a_sd']:.2f} pt, "
-                      f"B {100 * result['accuracy']['b_sd']:.2f} pt)"]
+        lines += ["", f"{NAMES[HEADLINE]} variance: seeds {100 * share:.0f}%, rows "
+                      f"{100 - 100 * share:.0f}% (sd over seeds: A {100 * headline['a_sd']:.2f} "
+                      f"pt, B {100 * headline['b_sd']:.2f} pt)"]
     lines += [f"WARNING: {line}: the seeds-only figures count recipe differences as seed noise"
               for line in result.get("mixed", [])]
     lines += ["", f"verdict: {result['verdict']}"]

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from wellfed.compare.prediction_sources import Scored
+from wellfed.tasks import HEADLINE as HEADLINE_OF
 
 RESAMPLES = 2000  # percentile-interval ends move by ~0.1 pt between seeds at 1,000 rows
 SEED = 0
@@ -30,6 +31,10 @@ SHOWN_ROWS = 10  # row ids listed per flip direction: enough to open and read, n
 CELLS = 1 << 22
 VS = "vs/"
 """The comparison's metric keys on run B: vs/accuracy_diff, ..."""
+HEADLINE = HEADLINE_OF["single_label"].removeprefix("val/")
+"""The figure the verdict judges: the task's headline (macro-F1 for single-label), the one the
+champion, the headline view and the search rank on. Accuracy is shown beside it."""
+NAMES = {"accuracy": "accuracy", "macro_f1": "macro-F1"}
 
 
 def task_of(scored: Scored) -> str:
@@ -183,16 +188,23 @@ def compare(a: Scored, b: Scored, resamples: int = RESAMPLES, seed: int = SEED) 
               "bootstrap": {"resamples": resamples, "seed": seed, "level": 0.95},
               **figures, "flips": flipped,
               "mcnemar_p": mcnemar_p(flipped["right_to_wrong"], flipped["wrong_to_right"])}
-    result["verdict"] = verdict(figures["accuracy"])
+    result["verdict_metric"] = HEADLINE
+    result["verdict"] = verdict(figures[HEADLINE])
     return result
 
 
-def verdict(accuracy: dict) -> str:
-    """'B - A accuracy +0.4 pt, 95% CI [-0.3, +1.1]: within noise' (or B better / B worse)."""
-    low, high = accuracy["ci95"]
+def verdict(figure: dict, metric: str = HEADLINE) -> str:
+    """'B - A macro-F1 (the headline) +0.4 pt, 95% CI [-0.3, +1.1]: within noise' (or B is
+    better / B is worse), on `metric`'s figures."""
+    low, high = figure["ci95"]
     call = ("within noise" if low <= 0 <= high else "B is better" if low > 0 else "B is worse")
-    return (f"B - A accuracy {100 * accuracy['diff']:+.1f} pt, 95% CI [{100 * low:+.1f}, "
-            f"{100 * high:+.1f}]: {call}")
+    return (f"B - A {named(metric)} {100 * figure['diff']:+.1f} pt, 95% CI "
+            f"[{100 * low:+.1f}, {100 * high:+.1f}]: {call}")
+
+
+def named(metric: str) -> str:
+    """`macro-F1 (the headline)`: a figure's name in a verdict, the headline said as such."""
+    return NAMES[metric] + (" (the headline)" if metric == HEADLINE else "")
 
 
 def table(result: dict) -> str:

@@ -143,36 +143,57 @@ def shown(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.4f}"
 
 
+def aligned(rows: list[list[str]], right: set[int]) -> list[str]:
+    """Rows of cells as text columns, each as wide as its widest cell (the header included),
+    the columns in `right` aligned right (numbers)."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.rjust(w) if i in right else cell.ljust(w)
+                      for i, (cell, w) in enumerate(zip(row, widths))).rstrip() for row in rows]
+
+
 def lines(summary: dict, markdown: bool) -> list[str]:
-    """The summary in reading order: the best trial first, then recipes, verdict, trials."""
+    """The summary in reading order: the best recipe (its mean over its trials) first, then
+    the recipes, the verdict and the trials."""
     metric, best = summary["metric"] or "the headline", summary["best"]
     head = f"sweep {summary['sweep']}: no trial evaluated yet"
     if best:
+        # the best mean over seeds (a recipe with 2+ trials), before one trial's luck
+        seeded = [r for r in summary["recipes"] if r["trials"] >= 2] or summary["recipes"]
+        top = max(seeded, key=lambda r: r["mean"])
+        spread = f" ± {top['sd']:.4f}" if top["sd"] is not None else ""
         what = ", ".join(part for part in (best["recipe"], f"seed {best['seed']}") if part)
-        head = (f"sweep {summary['sweep']}: best trial {best['name']} {metric} "
+        head = (f"sweep {summary['sweep']}: best recipe {top['recipe'] or '(the one recipe)'} "
+                f"{metric} {top['mean']:.4f}{spread}, the mean of its {top['trials']} "
+                f"trial{'s' * (top['trials'] != 1)}; best trial {best['name']} "
                 f"{best['value']:.4f} ({what})")
     head += f"; {summary['evaluated']} of {len(summary['trials'])} trials evaluated" + "".join(
         f", {n} {status.lower()}" for status, n in sorted(_statuses(summary["trials"]).items()))
     out = [f"### {head}" if markdown else head, ""]
-    width = max([len(r["recipe"]) for r in summary["recipes"]] + [6])
+    # A sweep of seeds alone varies no recipe key: no recipe column then (it would be all "-").
+    varied = any(r["recipe"] for r in summary["trials"])
     if markdown:
         out += [f"| recipe | trials | {metric} mean ± sd | best |", "|---|---|---|---|"]
         out += [f"| {r['recipe'] or '(one recipe)'} | {r['trials']} | {r['mean']:.4f} ± "
                 f"{shown(r['sd'])} | {r['best']:.4f} |" for r in summary["recipes"]]
     else:
-        out += [f"{'recipe':{width}}  trials  {metric} mean ± sd   best"]
-        out += [f"{r['recipe'] or '(one recipe)':{width}}  {r['trials']:6}  {r['mean']:.4f} ± "
-                f"{shown(r['sd']):8}  {r['best']:.4f}" for r in summary["recipes"]]
+        out += aligned([["recipe", "trials", f"{metric} mean ± sd", "best"]] + [
+            [r["recipe"] or "(one recipe)", str(r["trials"]),
+             f"{r['mean']:.4f} ± {shown(r['sd'])}", f"{r['best']:.4f}"]
+            for r in summary["recipes"]], right={1, 3})
     out += ["", ("**verdict** " if markdown else "verdict: ") + summary["verdict"], ""]
     if markdown:
-        out += ["| trial | recipe | seed | " + metric + " | status |", "|---|---|---|---|---|"]
+        out += ["| trial | " + "recipe | " * varied + "seed | " + metric + " | status |",
+                "|---|" + "---|" * varied + "---|---|---|"]
         route = ui_links.run_route
         out += [f"| [{r['name']}]({route(summary['experiment_id'], r['run_id'])}) | "
-                f"{r['recipe'] or '-'} | {r['seed']} | {shown(r['value'])} | {r['status']} |"
+                + f"{r['recipe']} | " * varied
+                + f"{r['seed']} | {shown(r['value'])} | {r['status']} |"
                 for r in summary["trials"]]
     else:
-        out += [f"{r['name']:24} {r['recipe'] or '-':{width}}  seed {r['seed']:>4}  "
-                f"{shown(r['value']):>6}  {r['status']}" for r in summary["trials"]]
+        out += aligned([["trial"] + ["recipe"] * varied + ["seed", metric, "status"]] + [
+            [r["name"]] + [r["recipe"]] * varied + [str(r["seed"]), shown(r["value"]),
+                                                   r["status"]]
+            for r in summary["trials"]], right={1 + varied, 2 + varied})
     return out
 
 

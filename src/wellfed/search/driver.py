@@ -13,8 +13,8 @@ from pathlib import Path
 from wellfed.config import (DataConfig, MlflowConfig, ModelConfig, RayConfig, SearchConfig,
                             TrainConfig, flatten)
 from wellfed.outputs import write_json
-from wellfed.search import (endings, fused, halving, lock, proof, report, room, space, story,
-                            tuning)
+from wellfed.search import (console, edges, endings, fused, halving, lock, proof, report, room,
+                            space, story, tuning)
 from wellfed.search.rungs import Rungs, milestones, validation_steps
 from wellfed.search.trial import Setting
 
@@ -67,9 +67,10 @@ def plan(search_cfg: SearchConfig, train_cfg: TrainConfig, model_cfg: ModelConfi
 
 def run(search_cfg: SearchConfig, train_cfg: TrainConfig, model_cfg: ModelConfig,
         data_cfg: DataConfig, ray_cfg: RayConfig, mlflow_cfg: MlflowConfig, tokens: Path,
-        meta: dict, root: Path, project: Path, run_exp: bool = True) -> dict:
+        meta: dict, root: Path, project: Path, run_exp: bool = True, options: str = "") -> dict:
     """Run (or resume) the search; return its result (`stopped`: the exit code when a signal
-    stopped it)."""
+    stopped it). `options`: the command line's sizes (`--trials 4`), recorded on the parent run
+    as `search.options`."""
     import mlflow
 
     from wellfed.cluster import connect, local_token_auth
@@ -85,18 +86,14 @@ def run(search_cfg: SearchConfig, train_cfg: TrainConfig, model_cfg: ModelConfig
                local_store(uri), local)  # before the parent run opens, as a stage's preflight
     parent = story.parent_run(uri, mlflow_cfg.experiment, p.search_id,
                               {**flatten({"search": search_cfg}), "search.metric": p.metric,
-                               "search.budget_steps": p.full})
+                               "search.budget_steps": p.full,
+                               "search.options": options or "none (params.yaml's search section)"})
     if left := endings.stale(uri, parent, p.search_id):
         print(f"[wellfed] {left} child run(s) a search killed outright left RUNNING: ended "
               "KILLED (a trial started again opens its own child again)", flush=True)
     write_json(p.folder / "search.json", {"search_id": p.search_id, "mlflow_parent": parent,
                                           "tracking_uri": uri, "metric": p.metric,
                                           "full_steps": p.full, "rungs": list(p.rungs)})
-    print(f"[wellfed] search {p.search_id}: {search_cfg.trials} trials over "
-          f"{', '.join(d.text() + ' (' + d.key + ')' for d in search_cfg.dimensions())}; "
-          f"{p.metric} ranks them; budget {search_cfg.min_steps}-{p.full} steps, rungs at "
-          f"{', '.join(map(str, p.rungs[:-1]))}; folder {p.folder}; MLflow parent run {parent}",
-          flush=True)
     tuning.environment()
     local_token_auth(ray_cfg)
     with preemption.daemons_apart(local=local):
@@ -107,6 +104,7 @@ def run(search_cfg: SearchConfig, train_cfg: TrainConfig, model_cfg: ModelConfig
     try:
         setting, need = placed(p, train_cfg, model_cfg, data_cfg, ray_cfg, tokens, meta)
         k = _group_size(search_cfg, setting, client, parent, p.folder)
+        _say_start(search_cfg, p, parent, need, options, k)
         found = (halving.search_phase(search_cfg, setting, p, uri, parent, k) if k else
                  _search_phase(search_cfg, setting, p, need, uri, parent))
         if found.interrupted:
@@ -127,6 +125,7 @@ def run(search_cfg: SearchConfig, train_cfg: TrainConfig, model_cfg: ModelConfig
     gold, row_ids = validation(tokens)
     check = proof.verdict(finals, p.metric, p.lower, p.task, tuple(meta["labels"]), gold,
                           row_ids, {})
+    check["edges"] = edges.at_edges(search_cfg.dimensions(), check["winner"])
     cost = report.compute(reports, search_cfg.trials, p.full)
     result = {"search_id": p.search_id, "metric": p.metric, "best_trial": ranked[0],
               "ranked": ranked, "compute": cost, "final_check": check,
@@ -150,6 +149,25 @@ def run(search_cfg: SearchConfig, train_cfg: TrainConfig, model_cfg: ModelConfig
     return result
 
 
+def _say_start(cfg: SearchConfig, p: Plan, parent: str, need: dict, options: str,
+               k: int = 0) -> None:
+    """The start line (what, how many at once, where), and a resume's count of what is kept
+    (fused trials, `k` per group, say their own)."""
+    at, why = (k, "fused trials: one group trains them in one step") if k else \
+        console.at_once(cfg.concurrent, need, cfg.trials)
+    log = console.ray_tune_to_log(p.folder)
+    print(f"[wellfed] search {p.search_id}: {cfg.trials} trials, {at} at once ({why})"
+          + (f", sized by {options}" if options else "") + " over "
+          f"{', '.join(d.text() + ' (' + d.key + ')' for d in cfg.dimensions())}; "
+          f"{p.metric} ranks them; budget {cfg.min_steps}-{p.full} steps, rungs at "
+          f"{', '.join(map(str, p.rungs[:-1]))}; folder {p.folder} (Ray Tune's warnings: "
+          f"{log.name}, each trial's output: {console.TRIAL_LOGS}/); MLflow parent run {parent}",
+          flush=True)
+    said = console.resumed(p.folder, cfg.trials, cfg.finalists * len(cfg.seeds))
+    if said and not k:  # fused: halving.search_phase says it
+        print(f"[wellfed] {said}", flush=True)
+
+
 def placed(p: Plan, train_cfg: TrainConfig, model_cfg: ModelConfig, data_cfg: DataConfig,
            ray_cfg: RayConfig, tokens: Path, meta: dict) -> tuple[Setting, dict]:
     """What every trial shares, and what Ray gives each (after `connect`): ray.cpus_per_worker
@@ -167,7 +185,8 @@ def placed(p: Plan, train_cfg: TrainConfig, model_cfg: ModelConfig, data_cfg: Da
     return Setting(train_cfg, model_cfg, data_cfg, str(tokens.resolve()), _model_source(meta),
                    tuple(meta["labels"]), int(meta["pad_id"]), p.task, p.rows, p.full, p.rungs,
                    ray_cfg.cpus_per_worker, use_gpu, story.finished(p.folder),
-                   *_staged(ray_cfg, tokens)), need
+                   *_staged(ray_cfg, tokens),
+                   log_dir=str((p.folder / console.TRIAL_LOGS).resolve())), need
 
 
 def _group_size(cfg: SearchConfig, setting: Setting, client, parent: str,
@@ -311,13 +330,15 @@ def _tell(client, uri: str, parent: str, p: Plan, best: dict, cost: dict, check:
     text = report.describe(p.search_id, p.metric, best, cost, check)
     client.set_tag(parent, story.NOTE, text)
     client.log_batch(parent, metrics=_metrics(report.metrics(cost, best, check, p.metric)))
-    print(f"[wellfed] search {p.search_id}: best trial {best['trial']} "
-          f"({space.shown(best['recipe'])}) {p.metric} {best['value']:.4f} at step "
-          f"{best['step']}; ASHA stopped {cost['stopped_early']} of {cost['trials']} trials "
-          f"early: {cost['steps']:,} steps, "
-          + (f"{cost['share_of_grid']:.0%} of the same trials at full budget"
-             if cost["share_of_grid"] is not None else ""), flush=True)
+    print(f"[wellfed] search {p.search_id}: the winner is "
+          f"{report.winner(p.metric, best, check)}", flush=True)
     print(f"[wellfed] final check: {check['text']}", flush=True)
+    for line in check["edges"]:
+        print(f"[wellfed] {line}", flush=True)
+    print(f"[wellfed] search {p.search_id}: ASHA stopped {cost['stopped_early']} of "
+          f"{cost['trials']} trials early: {cost['steps']:,} steps"
+          + (f", {cost['share_of_grid']:.0%} of the same trials at full budget"
+             if cost["share_of_grid"] is not None else ""), flush=True)
     keys = sorted({k for row in [best] for k in row["recipe"]})
     print(f"[wellfed] in the MLflow UI (`make ui`), the search's trials best first: "
           f"{story.saved_view(uri, parent, p.search_id, p.metric, p.lower, keys)}",

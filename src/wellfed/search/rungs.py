@@ -41,10 +41,15 @@ class Rungs:
     """trial id -> the decision at its last rung ("continued" or the stop, in words)."""
     rung_of: dict[str, str] = field(default_factory=dict)
     """trial id -> its last rung: "rung 1 of 3 (step 16)"."""
+    short: dict[str, str] = field(default_factory=dict)
+    """trial id -> the decision at its last rung in a few words, for a narrow column:
+    "stopped at step 16: 0.5123 < 0.5480" (the figure, then the cutoff)."""
 
-    def observe(self, trial: str, step: int, value: float, metric: str) -> None:
+    def observe(self, trial: str, step: int, value: float, metric: str) -> str | None:
         """A trial's figure at `step`: record it at the highest milestone it reached first, and
-        say what ASHA decided there."""
+        say what ASHA decided there. Returns that decision in one short line for the console
+        (`rung 1 of 3 (step 16): val/macro_f1 0.5123, cutoff 0.4800: promoted`), or None when
+        `step` reached no new milestone."""
         signed = -value if self.lower_is_better else value
         for k, milestone in sorted(enumerate(self.steps), key=lambda m: -m[1]):
             seen = self.recorded.setdefault(milestone, {})
@@ -57,7 +62,15 @@ class Rungs:
             shown = -cutoff if (cutoff is not None and self.lower_is_better) else cutoff
             rung = f"rung {k + 1} of {len(self.steps)} (step {milestone})"
             self.rung_of[trial] = rung
-            if cutoff is not None and signed < cutoff:
+            stopped = cutoff is not None and signed < cutoff
+            sign = ("<" if not self.lower_is_better else ">") if stopped else \
+                (">=" if not self.lower_is_better else "<=")
+            self.short[trial] = (f"{'stopped' if stopped else 'went on'} at step {milestone}: "
+                                 + (f"{value:.4f} {sign} {shown:.4f}" if cutoff is not None
+                                    else f"{value:.4f}, the first there"))
+            figure = f"{rung}: {metric} {value:.4f}, " + (
+                f"cutoff {shown:.4f}" if cutoff is not None else "the first there")
+            if stopped:
                 self.said[trial] = (
                     f"stopped by ASHA at {rung}: {metric} {value:.4f} was "
                     f"{'above' if self.lower_is_better else 'below'} the cutoff {shown:.4f} "
@@ -68,13 +81,15 @@ class Rungs:
                 self.said[trial] = (f"continued at {rung}" + (
                     f": {metric} {value:.4f} against the cutoff {shown:.4f}"
                     if cutoff is not None else ": the first there"))
-            return
+            return figure + (": stopped" if stopped else ": promoted")
+        return None
 
     def state(self) -> dict:
         return {"recorded": {str(k): v for k, v in self.recorded.items()}, "said": self.said,
-                "rung_of": self.rung_of}
+                "rung_of": self.rung_of, "short": self.short}
 
     def restore(self, state: dict) -> None:
         self.recorded = {int(k): dict(v) for k, v in state.get("recorded", {}).items()}
         self.said = dict(state.get("said", {}))
         self.rung_of = dict(state.get("rung_of", {}))
+        self.short = dict(state.get("short", {}))

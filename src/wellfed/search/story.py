@@ -20,6 +20,7 @@ from pathlib import Path
 from wellfed.outputs import write_json
 from wellfed.search import space
 from wellfed.search.rungs import Rungs
+from wellfed.track.runs_view import GROUP
 from wellfed.track.tracking import EXPERIMENT_KIND
 
 SEARCH_TAG = "wellfed.search"
@@ -27,8 +28,22 @@ SEARCH_TAG = "wellfed.search"
 TRIAL_TAG = "wellfed.search.trial"
 PHASE_TAG = "wellfed.search.phase"
 OUTCOME_TAG = "wellfed.search.outcome"
+STOP_TAG = "wellfed.search.stop"
+"""A trial's end in a few words, the search view's first column: `completed 188 steps`, or
+`stopped at step 16: 0.5123 < 0.5480` (its figure, then ASHA's cutoff); the outcome tag says
+it in full."""
 RECIPE_TAG = "wellfed.search.recipe"
 NOTE = "mlflow.note.content"
+
+
+def named(trial: str, config: dict) -> str:
+    """A trial as the console and MLflow name it: a search trial by its id (`trial 4fd73c57`),
+    a final-check run by what it is (`finalist 1, seed 2`): Tune's ids for the final check's
+    grid (`ccce9_00000`) are its own bookkeeping (the ledger, the child run's tag)."""
+    proof = config.get("proof")
+    if proof is None:
+        return f"trial {trial}"
+    return f"finalist {int(proof['finalist']) + 1}, seed {proof['seed']}"
 
 
 def parent_run(uri: str, experiment: str, search_id: str, params: dict) -> str:
@@ -48,7 +63,8 @@ def parent_run(uri: str, experiment: str, search_id: str, params: dict) -> str:
             client.update_run(found[0].info.run_id, status="RUNNING")
             return found[0].info.run_id
         run = client.create_run(exp_id, run_name=f"search {search_id}",
-                                tags={SEARCH_TAG: search_id, PHASE_TAG: "parent"})
+                                tags={SEARCH_TAG: search_id, PHASE_TAG: "parent",
+                                      GROUP: "search"})
         client.log_batch(run.info.run_id, params=_params(params))
         return run.info.run_id
 
@@ -78,6 +94,7 @@ class Story:
         self.started: dict[str, float] = {}
         self.walls: dict[str, float] = {}
         self.total, self.begun, self.done_before = total, time.time(), None
+        self.label = "final check" if phase == "proof" else phase
         (folder / "finished").mkdir(parents=True, exist_ok=True)
         state = folder / f"rungs-{phase}.json"
         if state.is_file():
@@ -103,11 +120,13 @@ class Story:
         from wellfed.search.trial import recipe_of
 
         recipe, seed, phase = recipe_of(config)
-        label = space.shown(recipe) + (f", seed {seed}" if seed is not None else "")
+        name = (f"search {named(trial, config)}" if phase == "search" else
+                f"final check {named(trial, config)}")
         run = self.client.create_run(
-            self.experiment, run_name=f"{phase} {trial}: {label}"[:250],
+            self.experiment, run_name=f"{name}: {space.shown(recipe)}"[:250],
             tags={SEARCH_TAG: self.search_id, TRIAL_TAG: trial, PHASE_TAG: phase,
-                  RECIPE_TAG: space.recipe_id(recipe), "mlflow.parentRunId": self.parent})
+                  RECIPE_TAG: space.recipe_id(recipe), "mlflow.parentRunId": self.parent,
+                  GROUP: "search"})
         params = {**recipe, "search.budget_steps": self.full}
         if seed is not None:
             params["train.seed"] = seed
@@ -144,6 +163,11 @@ class Story:
         self.runs[trial] = self.child(known, config)
         self.logged[trial] = self.logged.pop(known, 0)
         self.reports.setdefault(trial, [])
+        from wellfed.search.trial import recipe_of
+
+        said = ("finished before the search was stopped: its reports handed back, not trained "
+                "again" if trial in self.replayed else space.shown(recipe_of(config)[0]))
+        print(f"[wellfed] {self.label} {named(trial, config)} started: {said}", flush=True)
 
     def recorded(self, config: dict) -> str | None:
         """The id under which this phase's ledger holds a trial of `config`, if any."""
@@ -162,10 +186,18 @@ class Story:
             "step", "trial_s", "loss", "records", "timing", "predicted", "phase", "seed")}
         self.reports[trial].append(report)
         step, now = int(result["step"]), int(time.time() * 1000)
-        self.rungs.observe(trial, step, float(result[self.metric]), self.metric)
+        decided = self.rungs.observe(trial, step, float(result[self.metric]), self.metric)
         write_json(self.folder / f"rungs-{self.phase}.json", self.rungs.state())
         if step <= self.logged.get(trial, 0):
             return  # logged before a restart: the same values
+        name = named(trial, self.configs.get(trial, {}))
+        if trial in self.replayed:
+            pass  # handed back: said once when it started
+        elif decided:  # ASHA's decision at a rung
+            print(f"[wellfed] {self.label} {name} at {decided}", flush=True)
+        elif step < self.full:  # a final-check run validates at the rungs too
+            print(f"[wellfed] {self.label} {name} at step {step} of {self.full}: {self.metric} "
+                  f"{float(result[self.metric]):.4f}", flush=True)
         metrics = [Metric(k, float(v), now, step) for k, v in report.items()
                    if k.startswith("val/")]
         metrics += [Metric("train/loss", float(loss), now, int(s))
@@ -192,7 +224,11 @@ class Story:
                         "reports": reports, "wall_s": round(self.walls[trial], 3)})
         outcome = self.outcome(trial)
         last = reports[-1] if reports else {}
-        tags = {OUTCOME_TAG: outcome, NOTE: f"{self.phase} trial {trial}: {outcome}; "
+        step = int(last.get("step", 0))
+        stop = (f"completed {step} steps" if step >= self.full else
+                self.rungs.short.get(trial, f"stopped at step {step}"))
+        tags = {OUTCOME_TAG: outcome, STOP_TAG: stop, NOTE: f"{self.label} "
+                f"{named(trial, self.configs.get(trial, {}))}: {outcome}; "
                 f"{self.metric} {last.get(self.metric, float('nan')):.4f} at step "
                 f"{last.get('step', 0)}"}
         self.client.log_batch(self.runs[trial], tags=_tags(tags))
@@ -221,9 +257,9 @@ class Story:
             end += " (finished before the search was stopped: its reports handed back, not trained again)"
         shown = f"; best at full budget {best[0]:.4f} (trial {best[1]})" if best and \
             self.phase == "search" else ""
-        print(f"[wellfed] {self.phase} {count}/{max(self.total, count)} ({elapsed / 60:.1f} min{left}): "
-              f"trial {trial} {end}, {self.metric} {last.get(self.metric, float('nan')):.4f}"
-              + shown, flush=True)
+        print(f"[wellfed] {self.label} {count}/{max(self.total, count)} ({elapsed / 60:.1f} min"
+              f"{left}): {named(trial, self.configs.get(trial, {}))} {end}, {self.metric} "
+              f"{last.get(self.metric, float('nan')):.4f}" + shown, flush=True)
 
     def error(self, trial: str, where: str) -> None:
         if trial in self.runs:
@@ -250,7 +286,7 @@ def saved_view(uri: str, parent: str, search_id: str, metric: str, lower: bool,
     experiment = mlflow.MlflowClient(uri).get_run(parent).info.experiment_id
     view = runs_view.View(f"wellfed-{search_id}", f"search {search_id} (wellfed)", metric,
                           higher_is_better=not lower, metrics=("train/loss",),
-                          params=tuple(keys), tags=(OUTCOME_TAG, PHASE_TAG),
+                          params=tuple(keys), tags=(STOP_TAG, PHASE_TAG, OUTCOME_TAG),
                           filter=f"tags.`{SEARCH_TAG}` = '{search_id}'", models=False)
     runs_view.save(uri, experiment, view)
     return runs_view.address(uri, experiment, view)

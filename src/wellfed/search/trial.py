@@ -21,9 +21,7 @@ see the same search.
 from __future__ import annotations
 
 import base64
-import contextlib
 import dataclasses
-import io
 import math
 import time
 from dataclasses import dataclass
@@ -33,6 +31,7 @@ import numpy as np
 
 from wellfed.config import DataConfig, ModelConfig, TrainConfig
 from wellfed.search import space
+from wellfed.search.console import trial_output
 
 REPORT_KEYS = ("step", "trial_s", "loss", "records", "timing", "predicted", "phase", "seed")
 """What a trial's report holds beside the val/* figures."""
@@ -64,6 +63,8 @@ class Setting:
     train again."""
     tokens_uri: str | None = None
     tokens_hash: str | None = None
+    log_dir: str = ""
+    """Where each trial's own output goes (`<trial id>.log`); "" drops it."""
 
 
 def recipe_of(config: dict) -> tuple[dict, int | None, str]:
@@ -103,9 +104,10 @@ def run_trial(config: dict, setting: Setting) -> None:
             tune.report(report)
         return
     recipe, seed, phase = recipe_of(config)
-    # The loop's lines (the model's size, per trial) would reach the console through Ray's
-    # log forwarding, one per trial; the child runs say what matters. They stay in Ray's logs.
-    with contextlib.redirect_stdout(io.StringIO()):
+    # The loop's lines (the model's size) and transformers' `Loading weights` bar would reach
+    # the console through Ray's log forwarding, once per trial; the driver's lines and the
+    # child runs say what matters. They go to the trial's log in the search folder.
+    with trial_output(setting.log_dir, trial_id):
         train(recipe, seed, phase, setting, tune.report, started)
 
 

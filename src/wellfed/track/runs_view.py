@@ -39,8 +39,21 @@ SPEED = ("train/real_tokens_per_s", "train/seconds")
 """Figures shown after the evaluated ones: how fast, how long."""
 COMPARISON = "wellfed.compare"
 """The run tag `wellfed-compare` sets on a run of its own (two groups of seeds compared)."""
+GROUP = "wellfed.group"
+"""The run tag on a search's parent and trials (`search`): not pipeline runs. Like a sweep's
+parent (its tag `wellfed.sweep_parent`, track/sweeps.py), their rows have no test figures (a
+row of "-" among the real runs) and they have views of their own (the sweep's parent, the
+search's saved view)."""
+SWEEP_PARENT = "wellfed.sweep_parent"
+"""track/sweeps.py's PARENT, named here: sweeps.py is in the train stage's deps, this is not."""
 NOT_COMPARISONS = f"tags.`{COMPARISON}` IS NULL"
-"""The headline view's filter, shown in the search box: pipeline runs only."""
+PIPELINE_RUNS = (f"{NOT_COMPARISONS} AND tags.`{SWEEP_PARENT}` IS NULL AND tags.`{GROUP}` "
+                 "IS NULL")
+"""The headline view's filter, shown in the search box: pipeline runs only (a sweep's trials
+and a search's winner are pipeline runs)."""
+RECIPE = ("model.name", "train.lr", "train.epochs", "train.max_steps", "train.global_batch_size",
+          "train.seed")
+"""The params the headline view shows beside the figures: what made each run's recipe."""
 WIDTH = 110  # px per figure column: `0.9512` and its header fit; the UI's default is 150
 
 
@@ -117,10 +130,11 @@ def address(uri: str, experiment_id: str, view: View) -> str:
 
 def headline(figures: list[str]) -> View:
     """The pipeline's view: the evaluated figures (`figures`, eval/* keys), the ranked one
-    first (registry.headline), the alias column, speed, the Models column; no comparisons."""
+    first (registry.headline), the alias column, speed, the recipe's params, the Models
+    column; no comparisons, no sweep or search parents or search trials."""
     ranked, *rest = ranked_first(figures)
-    return View(KEY, NAME, ranked, metrics=(*rest, *SPEED), tags=(ALIAS_TAG,),
-                filter=NOT_COMPARISONS)
+    return View(KEY, NAME, ranked, metrics=(*rest, *SPEED), params=RECIPE, tags=(ALIAS_TAG,),
+                filter=PIPELINE_RUNS)
 
 
 def ranked_first(figures: list[str]) -> list[str]:

@@ -10,7 +10,8 @@ UI itself.
 
 from __future__ import annotations
 
-from urllib.parse import quote
+import socket
+from urllib.parse import quote, urlsplit
 
 LOCAL_UI = "http://127.0.0.1:5000"
 """Where `make ui` serves the project's store."""
@@ -62,3 +63,22 @@ def model_version_route(name: str, version: str | int) -> str:
 def logged_model(tracking_uri: str, experiment_id: str, model_id: str) -> str:
     """A logged model's page: its run, metrics by dataset and registered versions."""
     return f"{base(tracking_uri)}/#/experiments/{experiment_id}/models/{model_id}?{VIEW}"
+
+
+def answering(address: str, timeout: float = 0.3) -> bool:
+    """Whether anything accepts a connection at `address`'s host and port (a UI serving)."""
+    parts = urlsplit(address)
+    try:
+        with socket.create_connection((parts.hostname, parts.port or 80), timeout):
+            return True
+    except OSError:
+        return False
+
+
+def offered(tracking_uri: str, page: str) -> str:
+    """`page` as a console line can offer it: as it is where a UI serves the store (the
+    tracking server itself, or `make ui` already running), else with how to start one, for a
+    link nothing answers is no link."""
+    if tracking_uri.startswith(("http://", "https://")) or answering(LOCAL_UI):
+        return page
+    return f"no UI is running: `make ui` serves the store at {LOCAL_UI}, then open {page}"

@@ -9,7 +9,8 @@ or a model directory such as data/model (after a `dvc exp run`, the last experim
 INPUT is any file `prepare` reads (CSV, TSV, JSONL, Parquet; sniffed without an extension), with
 the same checks and one-line errors. The text column(s) default to the ones the model was
 trained on (its wellfed.json); a pair model takes two. OUTPUT (.parquet or .csv) holds one row
-per input row, in input order: `row` (the 0-based data row) and the model's outputs
+per input row, in input order: `row` (the 0-based data row), the input's `text` (and
+`text_pair` for a pair model) and the model's outputs
 (wellfed.use.serving: label, score and prob_<key> per class; labels and prob_<key> for multi-label;
 one column per target for regression), then `truncated` (the row was longer than the model's
 max_length tokens and was cut to it; the console counts them). Rows go through the model in chunks of `chunk_rows`,
@@ -73,11 +74,17 @@ def input_chunks(input_path: str | Path, text_columns: list, *, fmt: str = "auto
 
 
 def predict_chunk(predictor: serving.Predictor, part: pd.DataFrame) -> pd.DataFrame:
-    """The predictions for one chunk of `input_chunks`, its `row` column first."""
+    """The predictions for one chunk of `input_chunks`: its `row`, the input's `text` (and
+    `text_pair`), then the model's outputs; a text column is `input_text` where a regression
+    target already holds the name."""
+    sources = ("text", "text_pair")[:len(predictor.spec.text_columns)]
     inputs = pd.DataFrame({name: part[source].to_numpy() for name, source
-                           in zip(predictor.spec.text_columns, ("text", "text_pair"))})
+                           in zip(predictor.spec.text_columns, sources)})
     out = serving.predict(predictor, inputs)
     out.insert(0, "row", part["row"].to_numpy())
+    for at, source in enumerate(sources, 1):
+        out.insert(at, f"input_{source}" if source in out.columns else source,
+                   part[source].to_numpy())
     return out
 
 

@@ -127,7 +127,7 @@ def text_columns(frame: pd.DataFrame, spec: ModelSpec) -> list[pd.Series]:
     for name in names:
         not_text(frame[name], name)
     rule.check({name: frame[name] for name in names}, "input",
-               "every row needs a text: fill it in or remove the row")
+               "every row needs a text: fill it in or remove the row", first=0)
     return [frame[name].astype(str) for name in names]
 
 
@@ -139,8 +139,9 @@ def not_text(values: pd.Series, name: str) -> None:
         at = int(np.flatnonzero(odd)[0])
         value = values.iloc[at]
         shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
-        raise rule.InputError(f"input: data row {at + 1} in column {name!r} is {shown} "
-                              f"({type(value).__name__}), not a text; send each text as a string")
+        raise rule.InputError(f"input: {rule.row_name(at, first=0)} in column {name!r} is "
+                              f"{shown} ({type(value).__name__}), not a text; send each text as "
+                              "a string")
 
 
 def served_rows(frame: pd.DataFrame, spec: ModelSpec) -> pd.DataFrame:

@@ -1,0 +1,113 @@
+"""The search's console lines as a user reads them (Story driven by hand, as Ray Tune's
+callback would: no Ray, a real MLflow store): a line when a trial starts, at each rung with
+the figure, the cutoff and the decision, inside the final check at each validation, and a
+resume's "resuming: N of M finished"; Ray Tune's warnings go to search.log, not the console."""
+
+from __future__ import annotations
+
+import logging
+
+from wellfed.search import console, story
+from wellfed.search.rungs import Rungs
+
+METRIC = "val/macro_f1"
+
+
+def report(step: int, value: float) -> dict:
+    return {"step": step, METRIC: value, "val/loss": 1 - value, "records": [[step, 0.5, 1e-4]]}
+
+
+def test_a_trial_is_said_when_it_starts_at_each_rung_and_when_it_ends(tmp_path, capsys):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    parent = story.parent_run(uri, "exp", "s-test", {"search.trials": 2})
+    folder = tmp_path / "search"
+    teller = story.Story(uri, parent, "s-test", "search", folder, METRIC,
+                         Rungs([4, 8], 2, lower_is_better=False), 16, total=2)
+    for trial, values in (("aaaa1111", (0.6, 0.7, 0.8)), ("bbbb2222", (0.5,))):
+        teller.start(trial, {"train.lr": 1e-4})
+        for step, value in zip((4, 8, 16), values):
+            teller.result(trial, report(step, value))
+        teller.complete(trial)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[wellfed]")]
+    assert lines == [
+        "[wellfed] search trial aaaa1111 started: train.lr=0.0001",
+        "[wellfed] search trial aaaa1111 at rung 1 of 2 (step 4): val/macro_f1 0.6000, the "
+        "first there: promoted",
+        "[wellfed] search trial aaaa1111 at rung 2 of 2 (step 8): val/macro_f1 0.7000, the "
+        "first there: promoted",
+        lines[3],  # the progress line: its minutes vary
+        "[wellfed] search trial bbbb2222 started: train.lr=0.0001",
+        "[wellfed] search trial bbbb2222 at rung 1 of 2 (step 4): val/macro_f1 0.5000, cutoff "
+        "0.6000: stopped",
+        lines[6],
+    ], "\n".join(lines)
+    assert lines[3].startswith("[wellfed] search 1/2 (") and \
+        "trial aaaa1111 completed 16 steps" in lines[3]
+    assert lines[6].startswith("[wellfed] search 2/2 (") and \
+        "trial bbbb2222 stopped by ASHA at rung 1 of 2 (step 4)" in lines[6]
+    # the search view's first column: each trial's end in a few words
+    stops = {trial: teller.client.get_run(run).data.tags[story.STOP_TAG]
+             for trial, run in teller.runs.items()}
+    assert stops == {"aaaa1111": "completed 16 steps",
+                     "bbbb2222": "stopped at step 4: 0.5000 < 0.6000"}
+
+    # the final check: its runs named by finalist and seed, a line at each validation
+    check = story.Story(uri, parent, "s-test", "proof", folder, METRIC,
+                        Rungs([], 2, lower_is_better=False), 16, total=2)
+    config = {"proof": {"recipe": {"train.lr": 1e-4}, "seed": 2, "finalist": 0}}
+    check.start("ccce9_00001", config)
+    for step, value in ((4, 0.6), (8, 0.7), (16, 0.8)):
+        check.result("ccce9_00001", report(step, value))
+    check.complete("ccce9_00001")
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[wellfed]")]
+    assert lines[:3] == [
+        "[wellfed] final check finalist 1, seed 2 started: train.lr=0.0001",
+        "[wellfed] final check finalist 1, seed 2 at step 4 of 16: val/macro_f1 0.6000",
+        "[wellfed] final check finalist 1, seed 2 at step 8 of 16: val/macro_f1 0.7000"]
+    assert lines[3].startswith("[wellfed] final check 1/2 (") and \
+        "finalist 1, seed 2 completed 16 steps" in lines[3], lines[3]
+    assert not any("ccce9" in line for line in lines)  # Tune's grid ids are bookkeeping
+
+    # what a rerun says first
+    assert console.resumed(folder, 16, 6) == (
+        "resuming: 2 of 16 search trials finished, 1 of 6 final-check runs (kept: handed "
+        "back to Ray Tune, not trained again)")
+    assert console.resumed(tmp_path / "new", 16, 6) is None
+
+
+def test_ray_tunes_warnings_go_to_the_search_log_and_errors_also_to_the_console(tmp_path,
+                                                                                 capsys):
+    tune = logging.getLogger("ray.tune")
+    before = (list(tune.handlers), tune.propagate)
+    try:
+        path = console.ray_tune_to_log(tmp_path)
+        console.ray_tune_to_log(tmp_path)  # again: still one file handler
+        slow = logging.getLogger("ray.tune.utils.util")
+        slow.warning("The `process_trial_result` operation took 0.612 s, which may be a "
+                     "performance bottleneck.")
+        logging.getLogger("ray.tune.execution.tune_controller").error("Trial x errored")
+        err = capsys.readouterr().err
+        assert "performance bottleneck" not in err and "Trial x errored" in err
+        text = path.read_text()
+        assert text.count("performance bottleneck") == 1 and "Trial x errored" in text
+    finally:
+        for h in tune.handlers[:]:
+            if h not in before[0]:
+                tune.removeHandler(h)
+                h.close()
+        tune.propagate = before[1]
+
+
+def test_a_trials_output_goes_to_its_log_file(tmp_path, capsys):
+    import sys
+
+    with console.trial_output(str(tmp_path / "trials"), "aaaa1111"):
+        print("model: 4.4M params")
+        print("Loading weights: 100%", file=sys.stderr)
+    with console.trial_output("", "bbbb2222"):
+        print("dropped")
+    out = capsys.readouterr()
+    assert out.out == "" and out.err == ""
+    assert (tmp_path / "trials" / "aaaa1111.log").read_text() == \
+        "model: 4.4M params\nLoading weights: 100%\n"
+    assert len(list(tmp_path.rglob("*.log"))) == 1
