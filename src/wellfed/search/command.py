@@ -26,7 +26,6 @@ import sys
 import time
 from pathlib import Path
 
-from wellfed.outputs import write_json
 
 FOLDER = Path("data/search")
 TOKENS = Path("data/tokens")

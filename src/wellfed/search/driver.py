@@ -13,9 +13,9 @@ from pathlib import Path
 from wellfed.config import (DataConfig, MlflowConfig, ModelConfig, RayConfig, SearchConfig,
                             TrainConfig, flatten)
 from wellfed.outputs import write_json
-from wellfed.search import (console, edges, endings, fused, halving, lock, proof, report, room,
-                            space, story, tuning)
-from wellfed.search.rungs import Rungs, milestones, validation_steps
+from wellfed.search import (asha, console, edges, endings, fused, halving, lock, proof, report,
+                            room, space, story, tuning)
+from wellfed.search.rungs import validation_steps
 from wellfed.search.trial import Setting
 
 
@@ -103,10 +103,10 @@ def run(search_cfg: SearchConfig, train_cfg: TrainConfig, model_cfg: ModelConfig
     client = mlflow.MlflowClient(uri)
     try:
         setting, need = placed(p, train_cfg, model_cfg, data_cfg, ray_cfg, tokens, meta)
-        k = _group_size(search_cfg, setting, client, parent, p.folder)
+        k = fused.group_size(search_cfg, setting, client, parent, p.folder)
         _say_start(search_cfg, p, parent, need, options, k)
         found = (halving.search_phase(search_cfg, setting, p, uri, parent, k) if k else
-                 _search_phase(search_cfg, setting, p, need, uri, parent))
+                 asha.search_phase(search_cfg, setting, p, need, uri, parent))
         if found.interrupted:
             return _stopped(client, parent, found.interrupted, p)
         reports, configs = _finished(p.folder, "search")
@@ -116,7 +116,7 @@ def run(search_cfg: SearchConfig, train_cfg: TrainConfig, model_cfg: ModelConfig
                              f"failed child runs under MLflow parent run {parent}")
         chosen = proof.finalists(ranked, search_cfg.finalists)
         checked = (halving.proof_phase(search_cfg, setting, p, uri, parent, chosen, k) if k
-                   else _proof_phase(search_cfg, setting, p, need, uri, parent, chosen))
+                   else asha.proof_phase(search_cfg, setting, p, need, uri, parent, chosen))
         if checked.interrupted:
             return _stopped(client, parent, checked.interrupted, p)
     finally:
@@ -189,37 +189,6 @@ def placed(p: Plan, train_cfg: TrainConfig, model_cfg: ModelConfig, data_cfg: Da
                    log_dir=str((p.folder / console.TRIAL_LOGS).resolve())), need
 
 
-def _group_size(cfg: SearchConfig, setting: Setting, client, parent: str,
-                folder: Path) -> int:
-    """K, the trials per fused group (0: one at a time with ASHA), chosen on the device a group
-    gets (a Ray task), printed and recorded on the parent run; a resumed search keeps its K."""
-    if not fused.fused(cfg, setting):
-        return 0
-    import ray
-
-    kept = folder / "fused.json"
-    if kept.is_file():
-        chosen = json.loads(kept.read_text())
-        k, reason = int(chosen["k"]), chosen["reason"] + " (chosen when the search began)"
-    else:
-        need, threads = fused.place_group(setting)
-        wanted = min(cfg.trials, fused.SIZING_TRIALS)
-        choice = ray.get(ray.remote(fused.size).options(**need).remote(setting, wanted,
-                                                                       threads))
-        k, reason = choice.trials, choice.reason
-        if k == 1 and cfg.fuse == "true":  # asked for by name: fused, the smallest useful K
-            k, reason = min(cfg.trials, 4), reason + "; search.fuse true: fused anyway"
-        write_json(kept, {"k": k, "reason": reason})
-        client.set_tag(parent, "wellfed.search.fused", f"K={k}: {reason}")
-        client.log_param(parent, "search.fused_trials", k if k > 1 else 0)
-    if k == 1:
-        print(f"[wellfed] trials one at a time with ASHA: {reason}", flush=True)
-        return 0
-    print(f"[wellfed] fused trials: {k} per group, successive halving in step ({reason})",
-          flush=True)
-    return k
-
-
 def _env_address() -> str:
     import os
 
@@ -243,63 +212,6 @@ def _staged(ray_cfg: RayConfig, tokens: Path) -> tuple[str | None, str | None]:
     uri, sent = staging.upload(tokens, ray_cfg.storage_path, digest)
     print(f"[wellfed] token files {'uploaded to' if sent else 'already at'} {uri}", flush=True)
     return uri, digest
-
-
-def _search_phase(cfg: SearchConfig, setting: Setting, p: Plan, need: dict, uri: str,
-                  parent: str) -> tuning.Phase:
-    import optuna
-    from ray import tune
-    from ray.tune.schedulers import ASHAScheduler
-    from ray.tune.search.optuna import OptunaSearch
-
-    from wellfed.search.trial import run_trial
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)  # "A new study created..."
-    mode = "min" if p.lower else "max"
-    # TPE's random start: Optuna's 10 is most of a 16-trial search; a third of it, 3 at least.
-    sampler = optuna.samplers.TPESampler(seed=cfg.searcher_seed,
-                                         n_startup_trials=max(3, min(10, cfg.trials // 3)))
-    searcher = OptunaSearch(space.optuna_space(cfg.dimensions()), metric=p.metric, mode=mode,
-                            sampler=sampler)
-    scheduler = ASHAScheduler(time_attr="step", grace_period=cfg.min_steps, max_t=p.full,
-                              reduction_factor=cfg.reduction_factor)
-    teller = story.Story(uri, parent, p.search_id, "search", p.folder, p.metric,
-                         Rungs([m for m in milestones(cfg.min_steps, p.full,
-                                                      cfg.reduction_factor) if m < p.full],
-                               cfg.reduction_factor, p.lower), p.full, cfg.trials)
-    phase = tuning.run_phase("tune-search", p.folder,
-                             tune.with_parameters(run_trial, setting=setting), need,
-                             teller.callback(), searcher=searcher, scheduler=scheduler,
-                             metric=p.metric, mode=mode, samples=cfg.trials,
-                             expected=cfg.trials, concurrent=cfg.concurrent,
-                             done=lambda: len(story.ledger(p.folder, "search")))
-    if phase.interrupted:
-        teller.interrupted()
-        endings.stale(uri, parent, p.search_id)  # restored, Tune calls its own copy of teller
-    return phase
-
-
-def _proof_phase(cfg: SearchConfig, setting: Setting, p: Plan, need: dict, uri: str,
-                 parent: str, chosen: list[dict]) -> tuning.Phase:
-    from ray import tune
-
-    from wellfed.search.trial import run_trial
-
-    print(f"[wellfed] final check: {len(chosen)} finalist(s) x {len(cfg.seeds)} seeds at "
-          f"{p.full} steps: " + "; ".join(space.shown(r["recipe"]) for r in chosen), flush=True)
-    teller = story.Story(uri, parent, p.search_id, "proof", p.folder, p.metric,
-                         Rungs([], cfg.reduction_factor, p.lower), p.full,
-                         len(chosen) * len(cfg.seeds))
-    configs = proof.proof_configs(chosen, list(cfg.seeds))
-    phase = tuning.run_phase("tune-proof", p.folder,
-                             tune.with_parameters(run_trial, setting=setting), need,
-                             teller.callback(), param_space={"proof": tune.grid_search(configs)},
-                             expected=len(configs), concurrent=cfg.concurrent,
-                             done=lambda: len(story.ledger(p.folder, "proof")), restore=False)
-    if phase.interrupted:
-        teller.interrupted()
-        endings.stale(uri, parent, p.search_id)  # restored, Tune calls its own copy of teller
-    return phase
 
 
 def _finished(folder: Path, phase: str) -> tuple[dict[str, list], dict[str, dict]]:

@@ -12,7 +12,7 @@ resumes from its last finished group: TPE is told every finished trial again, in
 
 from __future__ import annotations
 
-import dataclasses
+import json
 import math
 import signal
 import time
@@ -20,8 +20,8 @@ import time
 import numpy as np
 
 from wellfed.config import SearchConfig
-from wellfed.search import space, story, tuning
-from wellfed.search.rungs import Rungs
+from wellfed.outputs import write_json
+from wellfed.search import space
 from wellfed.search.trial import Setting, encode
 
 SIZING_TRIALS = 16
@@ -53,6 +53,36 @@ def fused(cfg: SearchConfig, setting: Setting) -> bool:
                          "train these trials one at a time with ASHA")
     print(f"[wellfed] trials one at a time with ASHA (search.fuse auto): {why}", flush=True)
     return False
+
+
+def group_size(cfg: SearchConfig, setting: Setting, client, parent: str, folder) -> int:
+    """K, the trials per fused group (0: one at a time with ASHA), chosen on the device a group
+    gets (a Ray task), printed and recorded on the parent run; a resumed search keeps its K."""
+    if not fused(cfg, setting):
+        return 0
+    import ray
+
+    kept = folder / "fused.json"
+    if kept.is_file():
+        chosen = json.loads(kept.read_text())
+        k, reason = int(chosen["k"]), chosen["reason"] + " (chosen when the search began)"
+    else:
+        need, threads = place_group(setting)
+        wanted = min(cfg.trials, SIZING_TRIALS)
+        choice = ray.get(ray.remote(size).options(**need).remote(setting, wanted,
+                                                                       threads))
+        k, reason = choice.trials, choice.reason
+        if k == 1 and cfg.fuse == "true":  # asked for by name: fused, the smallest useful K
+            k, reason = min(cfg.trials, 4), reason + "; search.fuse true: fused anyway"
+        write_json(kept, {"k": k, "reason": reason})
+        client.set_tag(parent, "wellfed.search.fused", f"K={k}: {reason}")
+        client.log_param(parent, "search.fused_trials", k if k > 1 else 0)
+    if k == 1:
+        print(f"[wellfed] trials one at a time with ASHA: {reason}", flush=True)
+        return 0
+    print(f"[wellfed] fused trials: {k} per group, successive halving in step ({reason})",
+          flush=True)
+    return k
 
 
 def place_group(setting: Setting) -> tuple[dict, int]:

@@ -30,7 +30,7 @@ def ranked(reports: dict[str, list], configs: dict[str, dict], metric: str,
     """Search trials best first: by the step they reached (a trial that went further beat the
     others at every rung it passed), then by the figure there. Each: trial, recipe, step,
     value."""
-    from wellfed.search.trial import recipe_of
+    from wellfed.search.space import recipe_of
 
     rows = []
     for trial, found in reports.items():

@@ -102,3 +102,17 @@ def search_id(search: SearchConfig, train: TrainConfig, model: ModelConfig,
     text = json.dumps([dataclasses.asdict(search), dataclasses.asdict(train),
                        dataclasses.asdict(model), tokens_digest], sort_keys=True, default=str)
     return "s-" + hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+def recipe_of(config: dict) -> tuple[dict, int | None, str]:
+    """(recipe, seed or None, phase) from a trial's Tune config: a search trial's config is the
+    drawn recipe itself; a final-check trial's is {"proof": {"recipe": ..., "seed": ...}}."""
+    if "proof" in config:
+        return rounded(config["proof"]["recipe"]), int(config["proof"]["seed"]), "proof"
+    return rounded(config), None, "search"
+
+
+def config_key(config: dict) -> str:
+    """A trial's config as what it trains (phase, rounded recipe, seed): a phase started afresh
+    (a fixed grid, or Tune's state set aside) finds its finished trials by it, under new ids."""
+    return "config:" + json.dumps(recipe_of(config), sort_keys=True)

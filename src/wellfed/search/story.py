@@ -117,7 +117,7 @@ class Story:
             if run.info.status != "RUNNING":
                 self.client.update_run(run.info.run_id, status="RUNNING")
             return run.info.run_id
-        from wellfed.search.trial import recipe_of
+        from wellfed.search.space import recipe_of
 
         recipe, seed, phase = recipe_of(config)
         name = (f"search {named(trial, config)}" if phase == "search" else
@@ -137,7 +137,7 @@ class Story:
     def cut_off(self, trial: str, config: dict) -> list:
         """The child of a trial of `config` cut off before it finished, in a phase that started
         afresh (new trial ids): the trial started again goes on in it, under its new id."""
-        from wellfed.search.trial import recipe_of
+        from wellfed.search.space import recipe_of
 
         recipe, seed, phase = recipe_of(config)
         query = (f"tags.`{SEARCH_TAG}` = '{self.search_id}' and tags.`{PHASE_TAG}` = '{phase}' "
@@ -163,7 +163,7 @@ class Story:
         self.runs[trial] = self.child(known, config)
         self.logged[trial] = self.logged.pop(known, 0)
         self.reports.setdefault(trial, [])
-        from wellfed.search.trial import recipe_of
+        from wellfed.search.space import recipe_of
 
         said = ("finished before the search was stopped: its reports handed back, not trained "
                 "again" if trial in self.replayed else space.shown(recipe_of(config)[0]))
@@ -171,7 +171,7 @@ class Story:
 
     def recorded(self, config: dict) -> str | None:
         """The id under which this phase's ledger holds a trial of `config`, if any."""
-        from wellfed.search.trial import config_key
+        from wellfed.search.space import config_key
 
         key = config_key(config)
         return next((t for t, e in ledger(self.folder, self.phase).items()
@@ -312,7 +312,7 @@ def ledger(folder: Path, phase: str | None = None) -> dict[str, dict]:
 def finished(folder: Path) -> dict[str, list]:
     """trial id, and its config (trial.config_key) -> its recorded reports (what a resumed
     search hands back to Tune)."""
-    from wellfed.search.trial import config_key
+    from wellfed.search.space import config_key
 
     found = ledger(folder)
     return {**{config_key(e["config"]): e["reports"] for e in found.values()},

@@ -31,6 +31,7 @@ import numpy as np
 
 from wellfed.config import DataConfig, ModelConfig, TrainConfig
 from wellfed.search import space
+from wellfed.search.space import config_key, recipe_of
 from wellfed.search.console import trial_output
 
 REPORT_KEYS = ("step", "trial_s", "loss", "records", "timing", "predicted", "phase", "seed")
@@ -65,22 +66,6 @@ class Setting:
     tokens_hash: str | None = None
     log_dir: str = ""
     """Where each trial's own output goes (`<trial id>.log`); "" drops it."""
-
-
-def recipe_of(config: dict) -> tuple[dict, int | None, str]:
-    """(recipe, seed or None, phase) from a trial's Tune config: a search trial's config is the
-    drawn recipe itself; a final-check trial's is {"proof": {"recipe": ..., "seed": ...}}."""
-    if "proof" in config:
-        return space.rounded(config["proof"]["recipe"]), int(config["proof"]["seed"]), "proof"
-    return space.rounded(config), None, "search"
-
-
-def config_key(config: dict) -> str:
-    """A trial's config as what it trains (phase, rounded recipe, seed): a phase started afresh
-    (a fixed grid, or Tune's state set aside) finds its finished trials by it, under new ids."""
-    import json
-
-    return "config:" + json.dumps(recipe_of(config), sort_keys=True)
 
 
 def encode(ids: np.ndarray) -> str:
