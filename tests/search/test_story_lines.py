@@ -23,8 +23,9 @@ def test_a_trial_is_said_when_it_starts_at_each_rung_and_when_it_ends(tmp_path, 
     folder = tmp_path / "search"
     teller = story.Story(uri, parent, "s-test", "search", folder, METRIC,
                          Rungs([4, 8], 2, lower_is_better=False), 16, total=2)
-    for trial, values in (("aaaa1111", (0.6, 0.7, 0.8)), ("bbbb2222", (0.5,))):
-        teller.start(trial, {"train.lr": 1e-4})
+    for trial, lr, values in (("aaaa1111", 1e-4, (0.6, 0.7, 0.8)),
+                              ("bbbb2222", 1e-3, (0.5,))):
+        teller.start(trial, {"train.lr": lr})  # two recipes: one recipe twice is a replay
         for step, value in zip((4, 8, 16), values):
             teller.result(trial, report(step, value))
         teller.complete(trial)
@@ -36,7 +37,7 @@ def test_a_trial_is_said_when_it_starts_at_each_rung_and_when_it_ends(tmp_path, 
         "[wellfed] search trial aaaa1111 at rung 2 of 2 (step 8): val/macro_f1 0.7000, the "
         "first there: promoted",
         lines[3],  # the progress line: its minutes vary
-        "[wellfed] search trial bbbb2222 started: train.lr=0.0001",
+        "[wellfed] search trial bbbb2222 started: train.lr=0.001",
         "[wellfed] search trial bbbb2222 at rung 1 of 2 (step 4): val/macro_f1 0.5000, cutoff "
         "0.6000: stopped",
         lines[6],
