@@ -127,6 +127,7 @@ def run(search_cfg: SearchConfig, train_cfg: TrainConfig, model_cfg: ModelConfig
                           row_ids, {})
     check["edges"] = edges.at_edges(search_cfg.dimensions(), check["winner"])
     cost = report.compute(reports, search_cfg.trials, p.full)
+    cost["stopper"] = "successive halving" if k else "ASHA"  # what stopped trials early
     result = {"search_id": p.search_id, "metric": p.metric, "best_trial": ranked[0],
               "ranked": ranked, "compute": cost, "final_check": check,
               "mlflow_parent": parent}
@@ -247,7 +248,7 @@ def _tell(client, uri: str, parent: str, p: Plan, best: dict, cost: dict, check:
     print(f"[wellfed] final check: {check['text']}", flush=True)
     for line in check["edges"]:
         print(f"[wellfed] {line}", flush=True)
-    print(f"[wellfed] search {p.search_id}: ASHA stopped {cost['stopped_early']} of "
+    print(f"[wellfed] search {p.search_id}: {cost['stopper']} stopped {cost['stopped_early']} of "
           f"{cost['trials']} trials early: {cost['steps']:,} steps"
           + (f", {cost['share_of_grid']:.0%} of the same trials at full budget"
              if cost["share_of_grid"] is not None else ""), flush=True)

@@ -46,7 +46,7 @@ def describe(search_id: str, metric: str, best: dict, cost: dict, check: dict | 
     lines.append(
         f"**Compute:** {cost['trials']} trials ran ({cost['planned_trials']} asked"
         + ("; one finished just before a kill, and Tune proposed another in its place"
-           if cost["trials"] > cost["planned_trials"] else "") + "); ASHA stopped "
+           if cost["trials"] > cost["planned_trials"] else "") + f"); {cost.get('stopper', 'ASHA')} stopped "
         f"{cost['stopped_early']} early. They trained {cost['steps']:,} steps, "
         + (f"{share:.0%} of the {cost['grid_steps']:,} that the same trials at full budget "
            "would (a grid of as many recipes)." if share is not None else "."))

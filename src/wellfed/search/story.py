@@ -251,8 +251,10 @@ class Story:
         best = (min if lower else max)(scored) if scored else None
         step = int(last.get("step", 0))
         rung = self.rungs.rung_of.get(trial)
+        how = ("successive halving" if self.rungs.said.get(trial, "").startswith(
+            "stopped by successive halving") else "ASHA")
         end = (f"completed {step} steps" if step >= self.full else
-               f"stopped by ASHA at {rung}" if rung else f"stopped at step {step}")
+               f"stopped by {how} at {rung}" if rung else f"stopped at step {step}")
         if trial in self.replayed:
             end += " (finished before the search was stopped: its reports handed back, not trained again)"
         shown = f"; best at full budget {best[0]:.4f} (trial {best[1]})" if best and \
