@@ -77,3 +77,38 @@ def test_a_space_beyond_the_update_is_not_fused_and_says_why(capsys):
         fused.fused(SearchConfig(space=lora.space, fuse="true"), setting)
     assert fused.fused(SearchConfig(space=SPACE), setting) is True
     assert fused.fused(SearchConfig(space=SPACE, fuse="false"), setting) is False
+
+
+def test_a_group_the_device_runs_out_of_memory_for_is_trained_again_as_two_halves(monkeypatch,
+                                                                                   capsys):
+    import ray
+    import torch
+
+    sent = []
+
+    class Task:  # stands for ray.remote(train_group): .remote() hands its members on
+        def remote(self, setting, members, *rest):
+            sent.append(len(members))
+            return members
+
+    def get(members):
+        if len(members) > 2:
+            raise ray.exceptions.RayTaskError("train_group", "traceback", torch.OutOfMemoryError(
+                "CUDA out of memory"))
+        return [{"reports": [], "said": str(m)} for m in members]
+
+    monkeypatch.setattr(ray, "get", get)
+    members = [(f"t{i}", {}, {"i": i}, 1) for i in range(5)]
+    out = fused.trained(Task(), members, None, 2, "val/loss", True, 1, True)
+    assert sent == [5, 2, 3, 1, 2]  # 5 -> 2 + 3 -> 2 + (1 + 2)
+    assert [r["said"] for r in out] == [str(({"i": i}, 1)) for i in range(5)]  # in order
+    lines = [line for line in capsys.readouterr().out.splitlines() if "out of device memory" in line]
+    assert lines[0] == ("[wellfed] a group of 5 fused trials ran out of device memory: trained "
+                        "again as 2 + 3")
+
+    def fails(members):
+        raise ray.exceptions.RayTaskError("train_group", "traceback", ValueError("bad"))
+
+    monkeypatch.setattr(ray, "get", fails)
+    with pytest.raises(ray.exceptions.RayTaskError):  # any other error is not retried
+        fused.trained(Task(), members, None, 2, "val/loss", True, 1, True)
