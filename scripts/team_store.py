@@ -41,7 +41,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 if str(SRC) not in sys.path:  # run from a clone without `pip install -e .`
     sys.path.insert(0, str(SRC))
 
-from wellfed.track import store_access  # noqa: E402
+from wellfed.track import store_access, store_move  # noqa: E402
 from wellfed.track.store_copy import copy_store  # noqa: E402
 from wellfed.track.store_postgres import (  # noqa: E402,F401  (the e2e tests' names)
     Postgres, StoreError, alive, free_port, pg_user, postgres_binaries)
@@ -234,6 +234,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[wellfed] moved {args.source} in: {copied.get('runs', 0)} run(s), "
                   f"{copied.get('metrics', 0)} metric value(s), "
                   f"{copied.get('model_versions', 0)} model version(s)", flush=True)
+            host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
+            kept = store_move.mark_moved(args.source.resolve(), f"http://{host}:{args.port}")
+            print(f"[wellfed] {args.source} set aside as {kept.name}: a shell without "
+                  f"MLFLOW_TRACKING_URI is told where the runs went", flush=True)
         if not args.no_auth:
             env.update(store_access.prepare(folder, args.protected_alias))
         server = start_server(backend, folder / "artifacts", args.host, args.port, args.workers,

@@ -188,3 +188,30 @@ def test_a_run_the_server_refuses_to_open_is_one_line_naming_the_login(monkeypat
         "not open a run in the experiment 'wellfed' (writes take the role 'team'); ask the "
         "store's admin for access (docs/team.md#access)")
     assert stores.write_refusal("http://x:5000", "wellfed", "RESOURCE_DOES_NOT_EXIST") is None
+
+
+def test_a_store_moved_into_the_team_store_is_set_aside_and_says_where_it_went(tmp_path,
+                                                                              monkeypatch):
+    from wellfed.track import store_move
+    from wellfed.track.tracking import tracking_uri
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("DVC_ROOT", raising=False)
+    db = tmp_path / "mlflow.db"
+    db.write_bytes(b"runs")
+    (tmp_path / "mlflow.db-wal").write_bytes(b"wal")
+    assert tracking_uri("", tmp_path) == f"sqlite:///{db}"
+    kept = store_move.mark_moved(db, "http://127.0.0.1:5000")
+    assert kept.read_bytes() == b"runs" and (tmp_path / "mlflow.db.moved-wal").is_file()
+    assert not db.exists()  # nothing lost: set aside, not deleted
+    with pytest.raises(ValueError) as said:
+        tracking_uri("", tmp_path)
+    line = str(said.value)
+    assert "\n" not in line and "moved into the team store at http://127.0.0.1:5000" in line
+    assert "export MLFLOW_TRACKING_URI=http://127.0.0.1:5000" in line
+    # the variable (or params) wins, as before
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5000")
+    assert tracking_uri("", tmp_path) == "http://127.0.0.1:5000"
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    (tmp_path / "mlflow.db.moved-to").unlink()  # asked for a new local store: allowed again
+    assert tracking_uri("", tmp_path) == f"sqlite:///{db}"

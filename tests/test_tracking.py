@@ -1,7 +1,7 @@
 import mlflow
 import pytest
 
-from wellfed.track import tracking
+from wellfed.track import tracking, worker_metrics
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +141,7 @@ def test_worker_choices_are_tags_and_a_report_may_carry_more(uri, capsys):
     assert run.data.params == {}
     tags = run.data.tags
     assert tags["derived.precision"] == "fp32" and tags["derived.attention"] == "sdpa"
-    assert json.loads(tags[tracking.WORKER_TIME])["seconds"] == {"setup": 2.0, "steps": 1.0}
+    assert json.loads(tags[worker_metrics.WORKER_TIME])["seconds"] == {"setup": 2.0, "steps": 1.0}
     assert not [k for k in run.data.metrics if k.startswith("worker0")]
     assert run.data.metrics["workers/cpu_util_pct_mean"] == 99.0
     assert "[wellfed] precision=fp32 (CPU), pad_multiple=1" in capsys.readouterr().out
@@ -151,8 +151,8 @@ def test_the_cuda_graph_steps_counts_are_metrics_only_when_graphs_ran():
     records = [{"step": 1, "epoch": 0, "rows": 8, "real_tokens": 80, "padded_tokens": 96}]
     rep = {"rank": 0, "records": records, "interval_s": 1.0, "input_wait_s": 0.0, "copy_s": 0.0,
            "compute_s": 1.0, "local_rows": 8, "local_real_tokens": 80, "mfu": 0.1}
-    assert not [k for k in tracking.interval_metrics([rep]) if "graph" in k]
-    graphed = tracking.interval_metrics([{**rep, "graphs_captured": 17, "graph_capture_s": 0.8}])
+    assert not [k for k in worker_metrics.interval_metrics([rep]) if "graph" in k]
+    graphed = worker_metrics.interval_metrics([{**rep, "graphs_captured": 17, "graph_capture_s": 0.8}])
     assert graphed["workers/graphs_captured"] == 17 and graphed["workers/graph_capture_s"] == 0.8
 
 

@@ -6,7 +6,7 @@ import torch
 from tests.conftest import CountedClock
 from wellfed.telemetry import gpu
 from wellfed.telemetry.peak import device_peak, table_peak
-from wellfed.track import tracking
+from wellfed.track import worker_metrics
 
 
 def test_peak_table_and_measurement(tmp_path, monkeypatch):
@@ -111,7 +111,7 @@ def interval_reports(ranks: tuple[int, ...]) -> list[dict]:
 
 
 def test_interval_metrics_key_every_worker_and_aggregate():
-    out = tracking.interval_metrics(interval_reports((0, 1)))
+    out = worker_metrics.interval_metrics(interval_reports((0, 1)))
     assert out["workers/samples_per_s"] == 32.0 and out["workers/padding_efficiency"] == 600 / 640
     assert out["worker0/input_wait_share"] == 0.05 and out["worker1/input_wait_share"] == 0.1
     assert out["worker1/gpu_util_pct"] == 90.0
@@ -120,14 +120,14 @@ def test_interval_metrics_key_every_worker_and_aggregate():
 
 
 def test_one_worker_logs_means_only_and_sorts_after_the_headline():
-    out = tracking.interval_metrics(interval_reports((0,)))
+    out = worker_metrics.interval_metrics(interval_reports((0,)))
     assert sorted(out) == ["workers/compute_share_mean", "workers/copy_share_mean",
                            "workers/gpu_util_pct_mean", "workers/input_wait_share_mean",
                            "workers/mfu_mean", "workers/padding_efficiency",
                            "workers/real_tokens_per_s", "workers/samples_per_s"]
     assert all(key > "val/" for key in out)  # the UI lists and charts keys alphabetically
-    assert set(tracking.PERF_CURVE) <= set(out)
-    assert "steps" in tracking.worker_time_tag(interval_reports((0,)))[tracking.WORKER_TIME]
+    assert set(worker_metrics.PERF_CURVE) <= set(out)
+    assert "steps" in worker_metrics.worker_time_tag(interval_reports((0,)))[worker_metrics.WORKER_TIME]
 
 
 def test_measuring_the_peak_leaves_the_global_random_stream_alone():

@@ -42,7 +42,7 @@ def mean(values: list[float]) -> float:
 
 def figures_from_history(history: dict[str, list[float]], loader_workers: int,
                          micro_batch_size: int, cpus: int = 1) -> RunFigures:
-    """history: metric key -> values over the run's report intervals (tracking.interval_metrics:
+    """history: metric key -> values over the run's report intervals (worker_metrics.interval_metrics:
     `workers/*`, and `worker<rank>/*` when there was more than one worker); `cpus`: each
     worker's ray.cpus_per_worker."""
     cpu = history.get("workers/cpu_util_pct_mean", [])

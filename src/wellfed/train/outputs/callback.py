@@ -18,13 +18,8 @@ from pathlib import Path
 from mlflow.entities import Metric
 
 from wellfed import environ
-from wellfed.track.tracking import (
-    WORKERS,
-    interval_metrics,
-    send_metrics,
-    set_tags,
-    worker_time_tag,
-)
+from wellfed.track.tracking import send_metrics, set_tags
+from wellfed.track.worker_metrics import WORKERS, interval_metrics, worker_time_tag
 from wellfed.train.checkpoints import retention
 
 QUICK_RETRIES = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}

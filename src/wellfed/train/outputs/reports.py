@@ -15,7 +15,7 @@ from pathlib import Path
 
 from wellfed.config import DataConfig, TrainConfig
 from wellfed.outputs import atomic_path, write_json
-from wellfed.track import tracking
+from wellfed.track import tracking, worker_metrics
 
 SPEED = "speed"
 """The train folder's subfolder for this machine's speed reports (gitignored, not in dvc.lock)."""
@@ -79,7 +79,7 @@ def write_history(history: list[dict], directory: Path) -> None:
 def write_reports(history: list[dict], uri: str, run_id: str, out: Path, data_cfg: DataConfig,
                   train_cfg: TrainConfig, cpus: int = 1):
     """The train stage's reports under `out`: history/*.csv and plots/ (what it learned), and
-    speed/ (perf.csv, the throughput curve: tracking.metric_table of tracking.PERF_CURVE,
+    speed/ (perf.csv, the throughput curve: tracking.metric_table of worker_metrics.PERF_CURVE,
     MLflow's own figures under MLflow's names; its plots; diagnosis.md/.json); the plots and
     the diagnosis also in the MLflow run. `cpus`: each worker's ray.cpus_per_worker. Return
     (the diagnosis text, its figures)."""
@@ -96,7 +96,7 @@ def write_reports(history: list[dict], uri: str, run_id: str, out: Path, data_cf
         data_cfg.loader_workers, train_cfg.micro_batch_size, cpus)
     text, diag = diagnosis.report(figures)
     with atomic_path(out / SPEED, is_dir=True) as tmp:
-        pd.DataFrame(tracking.metric_table(uri, run_id, tracking.PERF_CURVE)).to_csv(
+        pd.DataFrame(tracking.metric_table(uri, run_id, worker_metrics.PERF_CURVE)).to_csv(
             tmp / "perf.csv", index=False)
         (tmp / "plots").mkdir()
         plots.plot_history(tmp, tmp / "plots")
@@ -109,12 +109,12 @@ def write_reports(history: list[dict], uri: str, run_id: str, out: Path, data_cf
 
 def worker_seconds(uri: str, run_id: str, since: float) -> dict[str, float]:
     """Rank 0's seconds per part of the loop (setup, steps, validation...) from the run tag
-    tracking.WORKER_TIME its last report left; {} when that report came before `since` (epoch
+    worker_metrics.WORKER_TIME its last report left; {} when that report came before `since` (epoch
     seconds: a resumed run's tag may be the interrupted attempt's)."""
     import json
 
     import mlflow
 
-    tag = mlflow.MlflowClient(uri).get_run(run_id).data.tags.get(tracking.WORKER_TIME)
+    tag = mlflow.MlflowClient(uri).get_run(run_id).data.tags.get(worker_metrics.WORKER_TIME)
     record = json.loads(tag) if tag else {}
     return record.get("seconds", {}) if record.get("at", 0) >= since else {}
