@@ -178,6 +178,11 @@ from wellfed.train.checkpoints import preemption
 preemption.DUPLICATE_S = 0.2  # the test's own: the second signal comes after it
 preemption.KILLED_WAIT_S = 1.0
 first, second, mark = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+# A test runner may start this process with the signals ignored (pytest-xdist's workers hand
+# SIGINT on as SIG_IGN, and Python then installs no handler of its own): the defaults first, so
+# the wait below sees when run_stoppable's handlers are in.
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 handled = threading.Event()
 
