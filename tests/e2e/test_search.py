@@ -27,14 +27,20 @@ SEARCH = {"trials": 16, "min_steps": 4, "max_steps": 16, "reduction_factor": 2,
           "space": {"train": {"lr": "log_uniform 1e-4 5e-2", "warmup_ratio": "uniform 0.0 0.2"}}}
 
 
-@pytest.fixture(scope="module")
-def project(tmp_path_factory, tiny_model_dir):
-    dest = tmp_path_factory.mktemp("search")
+def search_project(dest: Path, tiny_model_dir: Path, search_section: dict) -> Path:
+    """A tiny-model project whose params.yaml holds `search_section` (this module's and the
+    fused search's)."""
     make_project(dest, {"model": {"name": str(tiny_model_dir), "init": "random"},
                         "train": {"epochs": 1, "lr": 2e-3, "global_batch_size": 16,
                                   "micro_batch_size": 16, "report_every": 4, "eval_every": 0},
-                        "ray": {"num_workers": 1, "cpus_per_worker": 1}, "search": SEARCH})
+                        "ray": {"num_workers": 1, "cpus_per_worker": 1},
+                        "search": search_section})
     return dest
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory, tiny_model_dir):
+    return search_project(tmp_path_factory.mktemp("search"), tiny_model_dir, SEARCH)
 
 
 def search(project: Path, *args: str, stop_after: int | None = None,

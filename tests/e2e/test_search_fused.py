@@ -12,8 +12,8 @@ import signal
 
 import pytest
 
-from tests.e2e.pipeline import make_project, mlflow_runs
-from tests.e2e.test_search import ledger, search
+from tests.e2e.pipeline import mlflow_runs
+from tests.e2e.test_search import ledger, search, search_project
 
 pytestmark = [pytest.mark.e2e]
 TRIALS, SEEDS = 6, [1, 2]
@@ -24,12 +24,7 @@ SEARCH = {"trials": TRIALS, "min_steps": 4, "max_steps": 16, "reduction_factor":
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory, tiny_model_dir):
-    dest = tmp_path_factory.mktemp("search-fused")
-    make_project(dest, {"model": {"name": str(tiny_model_dir), "init": "random"},
-                        "train": {"epochs": 1, "lr": 2e-3, "global_batch_size": 16,
-                                  "micro_batch_size": 16, "report_every": 4, "eval_every": 0},
-                        "ray": {"num_workers": 1, "cpus_per_worker": 1}, "search": SEARCH})
-    return dest
+    return search_project(tmp_path_factory.mktemp("search-fused"), tiny_model_dir, SEARCH)
 
 
 def test_a_fused_search_killed_after_a_group_resumes_and_proves_its_winner_fused(project):
