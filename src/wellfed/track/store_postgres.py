@@ -23,6 +23,8 @@ import socket
 import subprocess
 from pathlib import Path
 
+from wellfed.outputs import running as alive  # whether a pid runs (the team store's name)
+
 ROLE = DATABASE = "mlflow"
 SUPERUSER = "postgres"
 
@@ -102,16 +104,6 @@ def _run(cmd: list[str], what: str, **kwargs) -> str:
         lines = (proc.stderr or proc.stdout).strip().splitlines()
         raise StoreError(f"{what} failed: {lines[-1] if lines else proc.returncode}")
     return proc.stdout
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: alive
-        return True
-    return True
 
 
 class Postgres:
