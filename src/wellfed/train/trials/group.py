@@ -113,20 +113,23 @@ def train_group(job, configs: list[TrainConfig], place, *, validate_at=frozenset
     done = 0
     out.seconds["setup"] = time.perf_counter() - started
     t_steps = t_val = 0.0
+    pending: list = []  # steps whose losses are still on the device (read at a validation)
     for step, batches in fed:
         if done >= s.steps or not alive:
             break
         t0 = time.perf_counter()
-        losses = fused_step(fused, opt, s, step, batches, job.task, len(alive))
+        loss, norms = fused_step(fused, opt, s, step, batches, job.task, len(alive))
         done += 1
-        lrs, (loss, norms) = opt.lrs(), losses
-        for pos, k in enumerate(alive):
-            out.history[k].append({"step": done, "loss": loss[pos], "grad_norm": norms[pos],
-                                   "lr": lrs[pos], "real_tokens": step.real_tokens})
+        records = [{"step": done, "lr": lr, "real_tokens": step.real_tokens}
+                   for lr in opt.lrs()]
+        for k, record in zip(alive, records):
+            out.history[k].append(record)
+        pending.append((records, loss, norms))
         out.tokens["real"] += step.real_tokens * len(alive)
         out.tokens["computed"] += step.padded_tokens * len(alive)
         t_steps += time.perf_counter() - t0
         if done in validate_at or done >= s.steps:
+            figures_of(pending)
             t0 = time.perf_counter()
             figures, logits = validate(fused, s, val_data, job, keep_logits)
             t_val += time.perf_counter() - t0
@@ -144,6 +147,7 @@ def train_group(job, configs: list[TrainConfig], place, *, validate_at=frozenset
                 fused.keep(positions)
                 opt.keep(positions, list(fused.named_parameters()))
                 alive = list(kept)
+    figures_of(pending)
     for k in alive:
         out.steps[k] = done
     out.seconds.update(steps=t_steps, validation=t_val,
@@ -151,11 +155,24 @@ def train_group(job, configs: list[TrainConfig], place, *, validate_at=frozenset
     return out
 
 
+def figures_of(pending: list) -> None:
+    """Fill the pending steps' records with each trial's loss and gradient norm: one copy from
+    the device for all of them, as the loop reads its losses once per report."""
+    if not pending:
+        return
+    losses = torch.stack([p[1] for p in pending]).tolist()
+    norms = torch.stack([p[2] for p in pending]).tolist()
+    for (records, _, _), loss, norm in zip(pending, losses, norms):
+        for record, value, grad in zip(records, loss, norm):
+            record.update(loss=value, grad_norm=grad)
+    pending.clear()
+
+
 def fused_step(fused: TrialModel, opt: TrialAdamW, s, step, batches, task: str,
-               trials: int) -> tuple[list[float], list[float]]:
+               trials: int) -> tuple[torch.Tensor, torch.Tensor]:
     """One optimizer step of every trial: forward and backward of the step's micro-batches
     (each trial's loss normalised as a run alone normalises it), clip, update. Returns each
-    trial's loss and gradient norm."""
+    trial's loss and gradient norm, (K,) each, still on the device."""
     loss_sum = torch.zeros(trials, device=s.device)
     for _ in step.micro:
         host = next(batches)
@@ -172,7 +189,7 @@ def fused_step(fused: TrialModel, opt: TrialAdamW, s, step, batches, task: str,
     norms = opt.clip()
     opt.step()
     opt.zero_grad()
-    return loss_sum.tolist(), norms.tolist()
+    return loss_sum, norms.detach()
 
 
 def validate(fused: TrialModel, s, data: TokenFile, job, keep_logits: bool = False):
