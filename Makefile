@@ -44,7 +44,7 @@ test: install           ## every tier: unit, e2e pipelines, real data (CI)
 	pytest
 	@# a module to a worker (its project built once), the longest first (tests/conftest.py's
 	@# groups and order); -rA: what the real-data runs print, which -s cannot show from a worker
-	python -m pytest tests -m "slow or e2e" --dist loadgroup --no-loadscope-reorder -rA
+	python -m pytest tests -m "slow or e2e or integration" --dist loadgroup --no-loadscope-reorder -rA
 	@cat $(WELLFED_TIERS)
 
 test-fast: install      ## the fast tier: unit tests only (the same as a plain `pytest`)

@@ -170,6 +170,9 @@ def pytest_collection_modifyitems(config, items):
     modules run beside it; E2E_GROUPS and E2E_EACH_ALONE say where that differs."""
     grouped = config.pluginmanager.hasplugin("xdist")  # else its marker is unknown (-p no:xdist)
     for item in items:
+        if grouped and item.get_closest_marker("integration"):
+            # a module's integration tests on one worker: its module fixtures made once
+            item.add_marker(pytest.mark.xdist_group(Path(str(item.fspath)).stem))
         if "/tests/e2e/" in str(item.fspath).replace("\\", "/"):
             item.add_marker(pytest.mark.e2e)
             if not grouped:
@@ -193,7 +196,8 @@ def pytest_configure(config):
         torch.set_num_threads(1)
 
 
-TIERS = {"not slow and not e2e": "fast", "slow or e2e": "e2e and real data"}
+TIERS = {"not slow and not e2e and not integration": "fast",
+         "slow or e2e or integration": "integration, e2e and real data"}
 """The tiers `make test` runs, by their marker expression (pyproject's addopts, the Makefile)."""
 
 

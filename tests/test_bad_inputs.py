@@ -63,6 +63,7 @@ def write_case(raw, files):
         (raw / name).write_bytes(content if isinstance(content, bytes) else content.encode())
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("case", list(CASES))
 def test_bad_input_is_one_clear_line_and_leaves_nothing(tmp_path, case):
     files, params, message = CASES[case]

@@ -313,6 +313,7 @@ def race(uri: str, folder: Path, *entrants: tuple[str, list[str], list[float]]) 
     return lines
 
 
+@pytest.mark.integration
 def test_two_evaluations_released_together_leave_the_alias_on_the_better(store, tmp_path):
     """Three rounds, each two new versions released at the same instant against the holder;
     the better one of each round is alternately the first and the second process's."""
@@ -329,6 +330,7 @@ def test_two_evaluations_released_together_leave_the_alias_on_the_better(store, 
     assert len(reasons) == 7
 
 
+@pytest.mark.integration
 def test_a_stale_read_that_writes_last_is_undone_by_its_own_recheck(store, tmp_path):
     """The widest window: one process reads (version 1 holds, 0.80), the other evaluates a
     better version and finishes, and only then does the first write what its stale read

@@ -50,6 +50,7 @@ def run_toy(tmp_path, kind, **env):
                           env={**os.environ, "TMPDIR": str(tmp_path), **env})
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("kind", list(CASES))
 def test_every_failure_is_one_line(tmp_path, kind):
     proc = run_toy(tmp_path, kind)
@@ -59,6 +60,7 @@ def test_every_failure_is_one_line(tmp_path, kind):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.integration
 def test_a_bug_keeps_its_traceback_in_a_file_or_on_request(tmp_path):
     proc = run_toy(tmp_path, "bug")
     saved = proc.stderr.strip().rsplit("the traceback is in ", 1)[1].removesuffix(")")

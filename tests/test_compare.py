@@ -143,6 +143,7 @@ def write_eval(folder, ids, gold, pred):
     return folder
 
 
+@pytest.mark.integration
 def test_two_mlflow_run_ids_resolve_compare_and_log_to_b(tmp_path, capsys):
     import mlflow
 
@@ -215,6 +216,7 @@ def git(*args, cwd):
                    check=True, capture_output=True)
 
 
+@pytest.mark.integration
 def test_dvc_experiments_are_read_from_the_cache(tmp_path):
     """Two `dvc exp run`s of a stage writing planted predictions (a DVC-cached output): the first
     experiment's predictions are no longer in the workspace, only in the cache."""

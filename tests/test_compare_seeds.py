@@ -105,6 +105,7 @@ def agrees_with_reference(gold, pred_a, pred_b, resamples, seed=7):
                                        atol=1e-12, err_msg=f"{metric} {source}")
 
 
+@pytest.mark.integration
 def test_a_row_level_win_is_within_noise_once_the_seed_spread_counts():
     """Planted: A's seeds score 80, 81, 79; B's 74, 83, 92 (mean +3 pt). Over the pooled runs
     the rows alone say B is better; B's seed-to-seed spread says nobody can tell yet."""
@@ -125,6 +126,7 @@ def test_a_row_level_win_is_within_noise_once_the_seed_spread_counts():
     agrees_with_reference(gold, pred_a, pred_b, resamples=200)
 
 
+@pytest.mark.integration
 def test_a_real_effect_with_small_seed_spread_is_seen_where_one_pair_sees_noise():
     """Planted: six seeds a recipe, every A run at 80.0% and every B run at 82.0%, each missing
     its own rows besides 100 shared hard ones. One pair disagrees on ~160 rows: its paired

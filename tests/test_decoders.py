@@ -188,6 +188,7 @@ def test_lora_targets_that_do_not_exist_fail_in_one_line(model_dirs):
     assert "\n" not in str(err.value) and "q_proj" in str(err.value)
 
 
+@pytest.mark.integration
 def test_lora_trains_adapters_and_head_only_resumes_and_exports_merged(model_dirs, tokens,
                                                                       tmp_path, capsys):
     from transformers import AutoModelForSequenceClassification, pipeline

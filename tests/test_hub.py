@@ -104,6 +104,7 @@ def test_offline_and_not_cached_says_how_to_fetch_it(tmp_path):
     assert line.endswith("HF_HUB_OFFLINE=0 hf download someorg/some-model")
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("offline", ["", "1"], ids=["online", "offline"])
 def test_a_cached_model_loads_without_asking_the_hub(tmp_path, fake_hub, tiny_model_dir,
                                                      offline):

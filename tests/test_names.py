@@ -44,6 +44,7 @@ def test_repeated_labels_are_refused():
         keys(["a", "b", "a"])
 
 
+@pytest.mark.integration
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.text(min_size=1, max_size=80), min_size=1, max_size=12, unique=True))
 def test_any_labels_give_distinct_keys_that_nest_nothing(labels):
@@ -55,6 +56,7 @@ def test_any_labels_give_distinct_keys_that_nest_nothing(labels):
         assert mlflow.utils.validation.validate_param_and_metric_name(f"eval/{key}/f1")
 
 
+@pytest.mark.integration
 def test_mlflow_stores_every_key(tmp_path):
     labels = AWKWARD + ["reverted_card_payment?", "a.b", "x/../y", "$5 - $10", "tab\there", "ü" * 90]
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -97,6 +99,7 @@ def scored(tmp_path_factory, tiny_model_dir):
     return root, client, run_id
 
 
+@pytest.mark.integration
 def test_evaluate_keys_the_per_class_table_by_safe_key_and_keeps_the_label_text(scored):
     root, client, run_id = scored
     assert set(json.loads((root / "eval" / "metrics.json").read_text())) == {
@@ -114,6 +117,7 @@ def test_evaluate_keys_the_per_class_table_by_safe_key_and_keeps_the_label_text(
                                                   ["naïve_café", "naïve café"]]
 
 
+@pytest.mark.integration
 def test_evaluate_writes_label_text_where_it_is_data(scored):
     root, _, _ = scored
     preds = pd.read_parquet(root / "eval" / "predictions.parquet")
@@ -126,6 +130,7 @@ def test_evaluate_writes_label_text_where_it_is_data(scored):
     assert (root / "eval" / "reliability.png").stat().st_size > 1000
 
 
+@pytest.mark.integration
 def test_an_mlflow_failure_in_evaluate_is_one_line_naming_the_call(scored):
     root, _, _ = scored
     run = json.loads((root / "run.json").read_text())

@@ -135,6 +135,7 @@ def predict_stage(project: Path, model: Path, name: str, inputs: dict,
                           text=True, timeout=300)
 
 
+@pytest.mark.integration
 def test_the_predict_stage_reads_inside_the_project_only_unless_allowed(layout, model):
     project = layout / "project"
     (project / "new.csv").write_text("sentence\na fine film\nbad .\n")

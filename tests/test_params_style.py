@@ -63,6 +63,7 @@ def exp_run(repo: Path, overrides: list[str]) -> list[tuple[str, str]]:
     return [(old, new) for old, new in zip(before, after) if old != new]
 
 
+@pytest.mark.integration
 def test_setting_one_key_changes_one_line(project_copy):
     changed = exp_run(project_copy, ["train.lr=2e-4"])
     assert changed == [("  lr: 1.0e-4                # peak AdamW lr (MiniLM on SST-2: 1e-4 at batch 32 "
@@ -85,6 +86,7 @@ def other_value(value):
     return "other"  # plain: a comma would make it a Hydra sweep
 
 
+@pytest.mark.integration
 def test_setting_every_scalar_key_changes_its_own_line_and_keeps_its_comment(project_copy):
     params = yaml.safe_load(committed_text("params.yaml"))
     scalars = {f"{section}.{key}": value for section, keys in params.items()

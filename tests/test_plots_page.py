@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import PROJECT
 
 DVC = str(Path(sys.executable).with_name("dvc"))
@@ -23,6 +25,7 @@ def run(args: list[str], cwd: Path) -> str:
     return done.stdout
 
 
+@pytest.mark.integration
 def test_dvc_plots_draw_offline_and_each_curve_once(tmp_path):
     shutil.copy(PROJECT / "dvc.yaml", tmp_path / "dvc.yaml")
     shutil.copy(PROJECT / "params.yaml", tmp_path / "params.yaml")

@@ -50,6 +50,7 @@ def test_a_headerless_tsv_gives_the_same_predictions_in_input_order_whatever_the
     assert one["label"].tolist() == direct["label"].tolist()
 
 
+@pytest.mark.integration
 def test_bad_input_is_one_line_exit_1_and_no_output(tmp_path, pair_model):
     source = tmp_path / "new.csv"
     source.write_text("premise,other\nA man sleeps.,x\n,y\n", encoding="utf-8")
@@ -138,6 +139,7 @@ def test_long_rows_are_flagged_and_counted(tmp_path, tiny_model_dir, capsys):
             ) in capsys.readouterr().out
 
 
+@pytest.mark.integration
 def test_a_registry_uri_predicts_with_that_version(tmp_path, monkeypatch, pair_model):
     """models:/<name>@<alias> in the store of the current folder (or $MLFLOW_TRACKING_URI)."""
     import mlflow
@@ -221,6 +223,7 @@ def test_the_commands_chunk_default_is_the_params_default():
     assert predict.CHUNK_ROWS == PredictConfig.chunk_rows
 
 
+@pytest.mark.integration
 def test_into_a_pipe_there_is_no_progress_bar_to_glue_lines_onto(tmp_path, pair_model):
     source = tmp_path / "new.tsv"
     source.write_text("premise\thypothesis\nA man sleeps.\tA man rests.\nA dog.\tA cat.\n")

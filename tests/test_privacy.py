@@ -99,6 +99,7 @@ print(json.dumps({"mlflow": is_telemetry_disabled(), "hub": constants.HF_HUB_DIS
     ({}, {"mlflow": False, "hub": False, "ray": False}),
     ({"DO_NOT_TRACK": "1"}, {"mlflow": False, "hub": True, "ray": False}),
 ], ids=["switches", "none", "do-not-track-alone"])
+@pytest.mark.integration
 def test_each_library_reads_its_switch_as_off(tmp_path, switches, off):
     """Each library's own check, in a clean process (no CI markers, which MLflow treats as
     off; a fresh HOME, so no ~/.ray/config.json): on without the switches, off with them.

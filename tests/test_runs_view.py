@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import mlflow
+import pytest
 
 from wellfed.search.rungs import Rungs
 from wellfed.track import runs_view
@@ -86,6 +87,7 @@ def test_the_headline_views_filter_leaves_out_comparisons_and_keeps_every_pipeli
                                                               winner])
 
 
+@pytest.mark.integration
 def test_a_search_parent_saves_a_view_of_its_trials_by_its_objective(tmp_path):
     """The general part: a view of one parent's trials, ranked by a loss (lower is better),
     with the knobs it varied as columns."""

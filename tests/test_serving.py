@@ -112,6 +112,7 @@ def test_a_text_longer_than_max_length_is_cut_and_flagged(tiny_model_dir, tmp_pa
     assert out["truncated"].tolist() == [False, True]  # a pair counts both texts
 
 
+@pytest.mark.integration
 def test_importing_the_predictor_leaves_mlflow_unimported():
     """A stage sets MLflow's log level after its imports (cli.console); MLflow reads it once,
     when first imported, so an import of serving must not import MLflow."""

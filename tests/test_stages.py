@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.conftest import PROJECT, write_tsv
@@ -49,6 +50,7 @@ def run_stage(cwd: Path, script: str, *argv: str, env: dict | None = None):
                           capture_output=True, text=True, timeout=300, env=env)
 
 
+@pytest.mark.integration
 def test_tokenize_writes_the_same_bytes_wherever_and_however_it_runs_and_says_so_in_sentences(
         tmp_path):
     """Two copies of a project at different paths, with the packaged default model (resolved

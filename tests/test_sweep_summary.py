@@ -45,6 +45,7 @@ def trial(client, uri, tmp_path, sweep, params, gold, pred, finished=True) -> st
     return run_id
 
 
+@pytest.mark.integration
 def test_the_parent_run_holds_trials_recipes_best_and_the_verdict(store, tmp_path, capsys):
     uri, client = store
     gold, slow, fast = ranked(SLOW, FAST, rows=300)

@@ -144,6 +144,7 @@ def test_class_names_with_the_delimiter_stay_single_label(tmp_path):
         "$10, $20", "$5, $10", "free"]
 
 
+@pytest.mark.integration
 def test_numbers_that_are_not_whole_are_regression_and_a_word_among_them_is_one_line(tmp_path):
     rows = "".join(f"text {i}\t{2 + (i % 7) / 4}\n" for i in range(50))
     proc = prepare(tmp_path, {"train.tsv": "sentence\tscore\n" + rows},
@@ -207,6 +208,7 @@ CASES = {
 }
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_each_task_prepares_tokenizes_and_trains_in_process(case, tmp_path, tiny_model_dir):
     files, params, figure = CASES[case]

@@ -258,6 +258,7 @@ def test_calibration_lowers_validation_ece_and_leaves_every_class_unchanged(sing
         f"{record['val_ece_before']:.4f} -> {record['val_ece_after']:.4f}")}
 
 
+@pytest.mark.integration
 def test_the_predictor_pipeline_and_served_model_give_evaluates_scores(single, tmp_path):
     import mlflow
     from transformers import pipeline

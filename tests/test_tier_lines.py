@@ -9,7 +9,7 @@ import re
 import subprocess
 import sys
 
-from tests.conftest import PROJECT
+from tests.conftest import PROJECT, TIERS
 
 TESTS = '''import pytest
 
@@ -30,7 +30,8 @@ def run_tier(folder, expr: str, fail: bool):
     """pytest on a folder of five tests (one slow) whose conftest is the suite's hook."""
     (folder / "conftest.py").write_text("from tests.conftest import pytest_terminal_summary\n")
     (folder / "test_five.py").write_text(TESTS.format(fail=not fail))
-    (folder / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: slow\n    e2e: e2e\n")
+    (folder / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: slow\n    e2e: e2e\n"
+                                      "    integration: integration\n")
     env = {**os.environ, "WELLFED_TIERS": str(folder / "out" / "tiers.txt"),
            "PYTHONPATH": os.pathsep.join([str(PROJECT), str(PROJECT / "src")]),
            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}  # no xdist, hydra, ...: a second, not ten
@@ -40,7 +41,8 @@ def run_tier(folder, expr: str, fail: bool):
 
 
 def test_the_fast_tier_says_its_counts_time_and_workers_last_and_in_the_file(tmp_path):
-    proc = run_tier(tmp_path, "not slow and not e2e", fail=False)
+    fast = next(expr for expr, name in TIERS.items() if name == "fast")
+    proc = run_tier(tmp_path, fast, fail=False)
     assert proc.returncode == 0, proc.stdout[-2000:]
     line = re.compile(r"tier fast: 3 passed, 1 skipped in \d+ min \d+ s \(1 worker, exit 0\)")
     lines = proc.stdout.strip().splitlines()

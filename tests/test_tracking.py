@@ -173,6 +173,7 @@ print(run_id)
 """
 
 
+@pytest.mark.integration
 def test_four_trials_open_and_fill_a_fresh_store_at_once_and_lose_nothing(tmp_path):
     """A sweep's first trials on a fresh sqlite store: MLflow creates its tables on first use,
     and four processes doing that at once failed (store_lock). Then every metric lands."""

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 PROJECT = Path(__file__).resolve().parents[1]
 
 
@@ -19,6 +21,7 @@ def ui_filter() -> str:
     return found[0]
 
 
+@pytest.mark.integration
 def test_the_ui_servers_import_says_no_starlette_deprecation():
     env = {**os.environ, "PYTHONWARNINGS": ui_filter(), "MLFLOW_DISABLE_TELEMETRY": "true"}
     proc = subprocess.run([sys.executable, "-c", "import mlflow.server.fastapi_app; "

@@ -19,6 +19,7 @@ def shuffled_classes(counts: list[int], seed: int) -> np.ndarray:
     return np.random.default_rng(seed).permutation(np.repeat(np.arange(len(counts)), counts))
 
 
+@pytest.mark.integration
 @SETTINGS
 @given(counts=st.lists(st.integers(2, 300), min_size=1, max_size=12),
        fraction=st.floats(0.01, 0.49), seed=st.integers(0, 2**32 - 1))

@@ -105,6 +105,7 @@ def test_eval_batches_of_a_plan_cover_every_row_in_the_plans_widths(lengths):
     assert sorted(rows) == list(range(len(lengths)))
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(not (SST2 / "train.tsv").is_file(), reason=f"SST-2 not found at {SST2}")
 @pytest.mark.parametrize("batch,rows,tokens", [(32, 32, 0), (256, 256, 16_384)])
 def test_sst2_pads_to_at_least_090_with_16_shapes(tokenizer, batch, rows, tokens):

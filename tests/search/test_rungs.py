@@ -56,6 +56,7 @@ def local_ray():
         ray.shutdown()
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("mode", ["max", "min"])
 def test_rungs_agree_with_ray_tunes_asha_on_every_trial(tmp_path, mode, local_ray):
     from ray import tune

@@ -285,6 +285,7 @@ def compiled_vs_eager(token_file, model_dir) -> None:
     torch.testing.assert_close(compiled["params"], eager["params"], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.integration
 def test_compile_mechanics_with_dynamo_and_the_eager_backend(token_file, tiny_model_dir,
                                                              monkeypatch):
     """Dynamo captures the step's graphs, torch runs them as they are (no inductor codegen):

@@ -191,6 +191,7 @@ def captured_update(model, flat, rank: int, made: tuple[int, ...],
     return g.update
 
 
+@pytest.mark.integration
 def test_the_all_reduce_gives_every_rank_the_mean_gradient(tmp_path):
     run_ranks(reduce_at_world_two, 2, str(tmp_path / "store"), str(tmp_path / "seen"))
     seen = [torch.load(tmp_path / f"seen.{r}") for r in range(2)]

@@ -57,6 +57,7 @@ def planned_setup(model_dir, data: TokenFile, task: str, **train):
     return s
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("task", ["single_label", "multi_label", "regression"])
 def test_filler_rows_change_neither_the_loss_nor_any_gradient(tmp_path, tiny_model_dir, task):
     data = task_file(tmp_path / "t.arrow", task)

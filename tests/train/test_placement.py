@@ -101,6 +101,7 @@ def started(gate) -> dict:
     return ray.get(gate.state.remote())[0]
 
 
+@pytest.mark.integration
 def test_whole_gpus_run_two_trials_at_once_on_their_own_gpus(gate, capfd):
     import ray
 
@@ -130,6 +131,7 @@ def test_whole_gpus_run_two_trials_at_once_on_their_own_gpus(gate, capfd):
     assert set(devices.values()) == {"0", "1"} and results == devices
 
 
+@pytest.mark.integration
 def test_shares_of_a_gpu_run_four_trials_at_once(gate):
     import ray
 
@@ -143,6 +145,7 @@ def test_shares_of_a_gpu_run_four_trials_at_once(gate):
     assert most == 4 and sorted(devices.values()) == ["0", "0", "1", "1"] and results == devices
 
 
+@pytest.mark.integration
 def test_a_trial_that_cannot_ever_fit_and_its_own_errors_are_one_line(two_gpus):
     with pytest.raises(ValueError, match="asks Ray for 3 GPU but the cluster has 2"):
         placement.run_placed(stand_in(), None, "never", need=placement.request(1, 3))

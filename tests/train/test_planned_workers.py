@@ -81,6 +81,7 @@ def dropout_free(tiny_model_dir, tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.mark.integration
 def test_two_gloo_workers_learn_what_one_worker_learns(tmp_path, dropout_free):
     (tmp_path / "tokens").mkdir()
     tokens = random_token_files(tmp_path / "tokens", dropout_free)

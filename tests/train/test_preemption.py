@@ -278,6 +278,7 @@ wait""",
 }
 
 
+@pytest.mark.integration
 def test_the_sbatch_script_forwards_slurms_sigterm_waits_for_the_checkpoint_and_requeues(tmp_path):
     bin_dir, venv = tmp_path / "bin", tmp_path / "venv"
     bin_dir.mkdir()

@@ -232,6 +232,7 @@ def test_improvement_is_strict_and_never_non_finite():
     assert best == Best("val/loss", step=4, value=0.5, rank=1, since=2)
 
 
+@pytest.mark.integration
 def test_the_chosen_step_is_printed_and_logged_to_mlflow(job, tmp_path, capsys):
     import mlflow
 
