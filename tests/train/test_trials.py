@@ -110,6 +110,46 @@ def test_after_a_halving_the_survivors_go_on_as_alone(tmp_path, tiny_model_dir):
         assert_same([r["loss"] for r in run.history[k]], losses, f"survivor {k}")
 
 
+class Stopped(Exception):
+    pass
+
+
+def test_a_group_stopped_after_a_rung_goes_on_from_it_as_if_never_stopped(tmp_path,
+                                                                            tiny_model_dir):
+    """The state saved at a rung (trials/resume.py) across an epoch's end (5 steps an epoch):
+    stopped at the third rung, the group started again goes on from the second (step 5, the
+    next epoch's first batch) with the same losses, figures and halvings, to every digit."""
+    tokens = token_dir(tmp_path / "tokens", "single_label")
+    configs = [dataclasses.replace(BASE, max_steps=8, **r) for r in RECIPES]
+    job = job_for(tokens, tiny_model_dir, "single_label", max_steps=8)
+    rungs = frozenset({2, 5, 7})
+
+    def decide(stop_at=None):
+        def at(step, figures):
+            if step == stop_at:
+                raise Stopped
+            return [2, 0] if step == 2 else sorted(figures)
+        return at
+
+    whole = trial_group.train_group(job, configs, CPU, validate_at=rungs, decide=decide())
+    saved = tmp_path / "group.pt"
+    with pytest.raises(Stopped):
+        trial_group.train_group(job, configs, CPU, validate_at=rungs, decide=decide(7),
+                                saved=saved)
+    again = trial_group.train_group(job, configs, CPU, validate_at=rungs, decide=decide(),
+                                    saved=saved)
+    assert (whole.resumed_at, again.resumed_at) == (0, 5)
+    assert again.steps == whole.steps == {0: 8, 1: 2, 2: 8}
+    for k in range(3):
+        assert [r["step"] for r in again.history[k]] == [r["step"] for r in whole.history[k]]
+        assert_same([r["loss"] for r in again.history[k]],
+                    [r["loss"] for r in whole.history[k]], f"trial {k} resumed")
+        assert again.validations[k] == whole.validations[k]
+    # a state written for another group is not this one's: it starts afresh
+    other = trial_group.train_group(job, configs[:2], CPU, validate_at=rungs, saved=saved)
+    assert other.resumed_at == 0
+
+
 def test_the_check_can_fail_a_trial_with_another_data_order(tmp_path, tiny_model_dir):
     """The negative control: alone with another seed, the same recipe is not 'equal'."""
     tokens = token_dir(tmp_path / "tokens", "single_label")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -25,6 +26,7 @@ from wellfed.model import load_model
 from wellfed.train.checkpoints import random_state
 from wellfed.train.step.feeding import feed
 from wellfed.train.step.setup import setup
+from wellfed.train.trials import resume
 from wellfed.train.trials.layers import TrialModel
 from wellfed.train.trials.update import Recipe, TrialAdamW
 
@@ -77,15 +79,19 @@ class GroupRun:
     seconds: dict[str, float] = field(default_factory=dict)
     tokens: dict[str, int] = field(default_factory=dict)
     """real: each trial's non-pad tokens, summed; computed: the tokens the group computed."""
+    resumed_at: int = 0
+    """The step a group started from a saved rung went on from (0: it started afresh)."""
 
 
 def train_group(job, configs: list[TrainConfig], place, *, validate_at=frozenset(),
                 decide: Callable[[int, dict[int, dict]], list[int]] | None = None,
-                keep_logits: bool = False) -> GroupRun:
+                keep_logits: bool = False, saved: Path | None = None) -> GroupRun:
     """Train the trials `configs` (one TrainJob `job` otherwise: its train section is the
     group's shared recipe) as one model on `place.device`, each as it would train alone with
     train.seed. At each step of `validate_at` and at the end, all alive trials validate in one
-    pass; `decide(step, {trial: figures})` then returns the trials that go on (None: all)."""
+    pass; `decide(step, {trial: figures})` then returns the trials that go on (None: all).
+    With `saved`, the group's state is written there at each validation it goes on from, and
+    a group started where that file is goes on from it (trials/resume.py)."""
     why = refusal(configs)
     if why:
         raise ValueError(why)
@@ -107,10 +113,15 @@ def train_group(job, configs: list[TrainConfig], place, *, validate_at=frozenset
     alive = list(range(len(configs)))
     out = GroupRun(history={k: [] for k in alive}, validations={k: [] for k in alive},
                    tokens={"real": 0, "computed": 0})
-    random_state.seed(cfg.seed, place.rank)  # dropout, as the loop seeds a run at step 0
-    fed = feed(s, train_data, job.tokens_dir / "train.arrow", job.pad_id, 0, 0, 0, cfg.epochs,
+    state, done, start = resume.load(saved, len(configs)), 0, (0, 0)
+    if state:
+        alive = resume.restore(state, fused, opt, out, device, cfg.seed)
+        done, start = state["done"], tuple(state["next_at"])
+        out.resumed_at = done
+    else:
+        random_state.seed(cfg.seed, place.rank)  # dropout, as the loop seeds a run at step 0
+    fed = feed(s, train_data, job.tokens_dir / "train.arrow", job.pad_id, 0, *start, cfg.epochs,
                job.data.loader_workers, job.data.prefetch)
-    done = 0
     out.seconds["setup"] = time.perf_counter() - started
     t_steps = t_val = 0.0
     pending: list = []  # steps whose losses are still on the device (read at a validation)
@@ -147,6 +158,10 @@ def train_group(job, configs: list[TrainConfig], place, *, validate_at=frozenset
                 fused.keep(positions)
                 opt.keep(positions, list(fused.named_parameters()))
                 alive = list(kept)
+            if saved is not None and done < s.steps:
+                resume.save(saved, done=done, alive=alive, trials=len(configs),
+                            next_at=(step.epoch, step.index + 1), fused=fused, opt=opt,
+                            out=out, device=device)
     figures_of(pending)
     for k in alive:
         out.steps[k] = done

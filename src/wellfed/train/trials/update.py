@@ -110,3 +110,19 @@ class TrialAdamW:
         self.recipes = [self.recipes[k] for k in trials]
         self.schedules = [self.schedules[k] for k in trials]
         self.counts = [self.counts[k] for k in trials]
+
+    def state(self) -> dict:
+        """What `load` puts back: the moments, step counts and schedules of the trials alive."""
+        return {"avg": [a.detach().cpu() for a in self.avg],
+                "sq": [s.detach().cpu() for s in self.sq],
+                "counts": [[c.detach().cpu() for c in trial] for trial in self.counts],
+                "schedules": [s.state_dict() for s in self.schedules]}
+
+    def load(self, state: dict) -> None:
+        """Put back what `state` returned (for the same trials, in the same order)."""
+        self.avg = [a.to(p.device) for a, (_, p) in zip(state["avg"], self.named)]
+        self.sq = [s.to(p.device) for s, (_, p) in zip(state["sq"], self.named)]
+        self.counts = [[c.to(p.device) for c, (_, p) in zip(trial, self.named)]
+                       for trial in state["counts"]]
+        for schedule, saved in zip(self.schedules, state["schedules"]):
+            schedule.load_state_dict(saved)
