@@ -241,11 +241,13 @@ def test_the_version_pages_carry_the_reason(ui, browser, project, shots):
     client, _ = pipeline_runs(project)
     holder = client.get_model_version_by_alias(NAME, "champion")
     reason = holder.tags[registry.REASON]
-    described = champion.describe(reason, "champion")
+    described = champion.description(champion.scored(holder), reason, "champion")
     assert holder.description == described
     shown(browser, ui_links.model_version(ui, NAME, holder.version), described, shots,
           "version-page", exact=False)
     assert not browser.find_elements(By.CSS_SELECTOR, "a[href*='github.com']")
     shown(browser, f"{ui}/#/models/{NAME}?{ui_links.VIEW}", "Version 1", shots, "versions-list")
-    listed = texts(browser, "body")[0]  # the list cuts each description to its first words
-    assert "\nChampion (@champ" in listed and "\nNot champion (@c" in listed, listed
+    listed = texts(browser, "body")[0]  # the list cuts each description to its first words:
+    # the figure first (then the recipe), for the holder and for the others
+    figure = f"\nmacro_f1 {float(holder.tags[registry.VALUE]):.4f}"
+    assert figure in listed and "\nmacro_f1 " in listed.replace(figure, "", 1), listed
