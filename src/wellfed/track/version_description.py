@@ -4,7 +4,7 @@ The model's versions list shows each description cut to its first ~40 characters
 Aliases column (which already names the holder). So those characters say what tells versions
 apart, the headline figure and the recipe, then the verdict; the reason follows:
 
-    macro_f1 0.9500 · lr 1e-4 bs 32 · champion (@champion): eval/macro_f1 0.9500 on the test split beats version 1's 0.8000 on the same split
+    macro_f1 0.9500 · lr 1e-4 bs 32 · champion (@champion): eval/macro_f1 0.9500 on the test ...
     macro_f1 0.8000 · lr 3e-5 bs 16 · not champion (@champion): scored eval/macro_f1 0.8000 on ...
 
 Descriptions written before this format (`Champion (@champion): ...`, `Not champion
