@@ -79,12 +79,13 @@ def scrub_all(details: dict) -> dict:
     return out
 
 
-def log_derived(uri: str, run_id: str, derived: dict[str, Any]) -> None:
+def log_derived(uri: str, run_id: str, derived: dict[str, Any],
+                more: dict[str, Any] | None = None) -> None:
     """What wellfed decided (`derived.*` names): SEARCHED as run tags, the rest into the details'
-    `derived` section."""
+    `derived` section, with `more` sections in the same write."""
     tags = {k: v for k, v in derived.items() if k in SEARCHED}
     rest = {k.removeprefix("derived."): v for k, v in derived.items() if k not in SEARCHED}
     if tags:
         tracking.set_tags(uri, run_id, tags)
-    if rest:
-        update(uri, run_id, {"derived": rest})
+    if rest or more:
+        update(uri, run_id, {**({"derived": rest} if rest else {}), **(more or {})})

@@ -42,9 +42,9 @@ def open_run(run: runs.Run, uri: str, experiment: str, params: dict, tags: dict,
         backlog = storage.resolve() / f".{run.name}.mlflow-backlog.jsonl"  # the driver's node
         flush_backlog(uri, run_id, backlog)  # left by an interrupted run: log it before resuming
         tracking.log_params(uri, run_id, params, tags)
-        run_details.log_derived(uri, run_id, derived)
-        run_details.update(uri, run_id, {"versions": provenance.library_versions(),
-                                         "run_hash": run.run_hash, "tokens_sha256": run.data_hash})
+        run_details.log_derived(uri, run_id, derived, {
+            "versions": provenance.library_versions(), "run_hash": run.run_hash,
+            "tokens_sha256": run.data_hash})
     return run_id, backlog
 
 
