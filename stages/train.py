@@ -15,7 +15,7 @@ from wellfed.config import SECTIONS, flatten, load_params
 from wellfed.model import resolve_source
 from wellfed.telemetry import diagnosis
 from wellfed.telemetry.phases import split_train
-from wellfed.track import provenance, registry, run_note, sweeps, tracking, ui_links
+from wellfed.track import provenance, registry, run_details, run_note, sweeps, tracking, ui_links
 from wellfed.train.checkpoints import preemption
 from wellfed.train.outputs import export, reports, run_record
 from wellfed.train.run import driver, orphan
@@ -81,14 +81,14 @@ def main(tokens_dir, model_dir, train_dir, checkpoint_dir, *, budget):
         # val/* are already in the run, logged at their steps; the rest are the run's (and model's).
         tracking.log_metrics(uri, run_id, {k: v for k, v in metrics.items()
                                            if k.startswith("train/")}, model_id=model.get("model_id"))
-        tracking.set_tags(uri, run_id, {run_note.DIAGNOSIS: run_note.diagnosis_line(text)})
+        run_details.update(uri, run_id, {run_note.DIAGNOSIS: run_note.diagnosis_line(text)})
         run_note.write(uri, run_id, meta.get("task", "single_label"), meta["labels"], model=model)
         run_record.write(out / "run.json", model_dir, {"mlflow_run_id": run_id,
                                                        "tracking_uri": uri,
                                                        "ray_run": info["name"], **model})
         driver.complete(trained, info, run_id, uri, model, model_dir)
     try:  # a diagnostic: it must not fail a stage whose outputs are all written
-        clock.seconds = split_train(clock.seconds, reports.worker_seconds(uri, run_id, started))
+        clock.seconds = split_train(clock.seconds, reports.take_worker_seconds(uri, run_id, started))
         total = time.time() - budget.started_at
         tracking.log_metrics(uri, run_id, {"time/stage_s": total, "time/fixed_s": total
                                            - clock.seconds.get("steps", 0.0)})

@@ -38,8 +38,10 @@ def store(tmp_path, empty_store):
     experiment = client.create_experiment("demo")
     client.create_registered_model(NAME)
 
-    def version() -> str:
+    def version(**params) -> str:
         run_id = client.create_run(experiment).info.run_id
+        for key, value in params.items():  # the recipe: train_lr=3e-5 is the param train.lr
+            client.log_param(run_id, key.replace("_", ".", 1), value)
         return str(client.create_model_version(NAME, f"{tmp_path}/model", run_id=run_id).version)
 
     return uri, client, version
@@ -64,14 +66,16 @@ def consistent(client) -> dict[str, str]:
         text = version.tags[registry.REASON]
         assert text.startswith(f"@{ALIAS}: " if str(version.version) == held
                                else f"not @{ALIAS}: "), (version.version, held, text)
-        assert version.description == champion.describe(text, ALIAS)
+        assert version.description == champion.description(champion.scored(version), text,
+                                                            ALIAS)
         reasons[str(version.version)] = text
     return reasons
 
 
 def test_the_alias_moves_only_to_a_better_version_of_the_same_split(store):
     uri, client, version = store
-    v1, v2, v3 = version(), version(), version()
+    v1, v2 = version(), version()
+    v3 = version(train_lr=3e-5, train_global_batch_size=32)
     first = promote(uri, v1, 0.80)
     assert first.moved and first.line() == (
         "models:/demo-classifier@champion -> version 1: eval/macro_f1 0.8000 on the test split; "
@@ -85,9 +89,13 @@ def test_the_alias_moves_only_to_a_better_version_of_the_same_split(store):
     tags = client.get_model_version(NAME, "3").tags
     assert tags[registry.REASON] == ("@champion: eval/macro_f1 0.9000 on the test split beats "
                                      "version 1's 0.8000 on the same split")
+    # The versions list shows a description's first ~40 characters: the figure, the recipe and
+    # the verdict come first, the words after.
     assert client.get_model_version(NAME, "3").description == (
-        "Champion (@champion): eval/macro_f1 0.9000 on the test split beats version 1's 0.8000 "
-        "on the same split")
+        "macro_f1 0.9000 · lr 3e-5 bs 32 · champion (@champion): eval/macro_f1 0.9000 on the "
+        "test split beats version 1's 0.8000 on the same split")
+    assert client.get_model_version(NAME, "1").description.startswith(
+        "macro_f1 0.8000 · not champion (@champion): scored")  # its run logged no recipe
     assert tags[registry.PREVIOUS] == "1" and float(tags[registry.VALUE]) == 0.9
     assert tags[registry.SPLIT] == SPLIT and tags[registry.METRIC] == METRIC
     # The versions it passed say so too: their words follow the holder, not the past.
@@ -145,6 +153,26 @@ def test_a_description_someone_wrote_is_left_alone(store):
     promote(uri, v1, 0.8)
     assert client.get_model_version(NAME, v1).description == "the model we demoed on Tuesday"
     assert client.get_model_version(NAME, v1).tags[registry.REASON].startswith("@champion: ")
+
+
+@pytest.mark.parametrize("older", [
+    "Champion (@champion): eval/macro_f1 0.8000 on the test split; no other version was evaluated "
+    "on this split",
+    "Not champion (@champion): scored eval/macro_f1 0.8000 on the test split, not above version "
+    "2's 0.9000 on the same split"])
+def test_a_description_an_older_wellfed_wrote_is_rewritten_not_kept_as_foreign(store, older):
+    """Registries hold versions described in the heads wellfed wrote before the figure came
+    first: still wellfed's, so the next evaluation brings them to the current format."""
+    uri, client, version = store
+    v1, v2 = version(train_lr=1e-4, train_global_batch_size=16), version()
+    client.update_model_version(NAME, v1, description=older)
+    assert champion.ours(older, ALIAS) and not champion.ours(older, "production")
+    promote(uri, v1, 0.80)
+    promote(uri, v2, 0.90)
+    assert client.get_model_version(NAME, v1).description == (
+        "macro_f1 0.8000 · lr 1e-4 bs 16 · not champion (@champion): scored eval/macro_f1 0.8000 "
+        "on the test split, not above version 2's 0.9000 on the same split")
+    consistent(client)
 
 
 class Killed(BaseException):

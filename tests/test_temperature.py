@@ -131,9 +131,9 @@ def test_the_param_takes_three_values_and_defaults_to_auto():
 def test_regression_and_none_do_nothing_and_say_so(tmp_path):
     regression = temperature.calibrate_model(tmp_path, None, 0, "regression", "auto")
     assert regression.record == {"method": "none", "reason": "regression: no probabilities"}
-    assert "not applicable" in regression.line and regression.tags == {}
+    assert "not applicable" in regression.line and regression.details == {}
     off = temperature.calibrate_model(tmp_path, None, 0, "single_label", "none")
-    assert off.line == "calibration: off (train.calibrate: none)" and off.tags == {}
+    assert off.line == "calibration: off (train.calibrate: none)" and off.details == {}
 
 
 class SquashedHead(torch.nn.Module):
@@ -253,7 +253,7 @@ def test_calibration_lowers_validation_ece_and_leaves_every_class_unchanged(sing
     line = single.calibrated.line
     assert line.startswith("calibration: temperature ")
     assert "no predictions changed; applied" in line
-    assert single.calibrated.tags == {"calibration": (
+    assert single.calibrated.details == {"calibration": (
         f"temperature {record['temperatures'][0]:.3g} applied; ECE on validation "
         f"{record['val_ece_before']:.4f} -> {record['val_ece_after']:.4f}")}
 
@@ -363,7 +363,7 @@ def test_a_one_class_validation_split_is_not_fitted_on(single, tokenizer, tmp_pa
     assert calibrated.line == (("WARNING: " if mode == "temperature" else "") +
                                "calibration: not applied (validation has one class (pos: 60 "
                                "rows): a temperature fitted there says nothing of the others)")
-    assert calibrated.tags == {"calibration": "not applied: validation has one class (pos: 60 "
+    assert calibrated.details == {"calibration": "not applied: validation has one class (pos: 60 "
                                               "rows): a temperature fitted there says nothing of "
                                               "the others"}
     assert (single.model_dir / "model.safetensors").read_bytes() == weights

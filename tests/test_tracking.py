@@ -119,12 +119,14 @@ def test_token_files_are_the_runs_dataset_inputs(tmp_path, uri):
     assert [t.value for t in by_name["tokens/validation"].tags] == ["validation"]
 
 
-def test_worker_choices_are_tags_and_a_report_may_carry_more(uri, capsys):
+def test_worker_choices_are_details_or_tags_and_a_report_may_carry_more(uri, capsys):
     """What the workers decided (precision, devices, ... and any key of a report's `derived`)
-    goes to run tags, not params; one worker logs no per-worker metric keys; rank 0's time per
-    part of the loop is one tag the stage's breakdown reads."""
+    is not params: the precision and the devices, which runs are compared by, are tags, the
+    rest (and any key of a report's `derived`) the run's details; one worker logs no per-worker
+    metric keys; rank 0's time per part of the loop is one tag the stage's breakdown reads."""
     import json
 
+    from wellfed.track import run_details
     from wellfed.train.outputs.callback import MlflowCallback
 
     run_id = tracking.start_run(uri, "choices", "r")
@@ -140,7 +142,11 @@ def test_worker_choices_are_tags_and_a_report_may_carry_more(uri, capsys):
     run = mlflow.MlflowClient(uri).get_run(run_id)
     assert run.data.params == {}
     tags = run.data.tags
-    assert tags["derived.precision"] == "fp32" and tags["derived.attention"] == "sdpa"
+    assert tags["derived.precision"] == "fp32" and tags["derived.devices"] == "cpu"
+    assert not {"derived.attention", "derived.precision_reason", "derived.peak_flops"} & set(tags)
+    derived = run_details.read(uri, run_id)["derived"]
+    assert derived["attention"] == "sdpa" and derived["precision_reason"] == "CPU"
+    assert derived["peak_flops"] == "1e+12" and derived["worker_nodes"] == 1
     assert json.loads(tags[worker_metrics.WORKER_TIME])["seconds"] == {"setup": 2.0, "steps": 1.0}
     assert not [k for k in run.data.metrics if k.startswith("worker0")]
     assert run.data.metrics["workers/cpu_util_pct_mean"] == 99.0

@@ -79,3 +79,10 @@ def mlflow_runs(project: Path, experiment: str = "wellfed"):
     client = mlflow.MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
     exp = client.get_experiment_by_name(experiment)
     return client, client.search_runs([exp.experiment_id], order_by=["start_time ASC"])
+
+
+def details(project: Path, run_) -> dict:
+    """The run's details (track/run_details.py: what it records that is not a tag)."""
+    from wellfed.track import run_details
+
+    return run_details.read(f"sqlite:///{project / 'mlflow.db'}", run_.info.run_id)

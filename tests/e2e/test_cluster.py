@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from tests.conftest import read_only
-from tests.e2e.pipeline import env, make_project, mlflow_runs, run
+from tests.e2e.pipeline import details, env, make_project, mlflow_runs, run
 from tests.services import free_port
 
 pytestmark = pytest.mark.e2e
@@ -102,7 +102,7 @@ def test_two_node_cluster_spread_workers_through_shared_storage(base, tmp_path):
     assert len(staged) == 1 and (staged[0] / "_COMPLETE").is_file()
     assert (tmp_path / "cache" / "tokens" / staged[0].name / "train.arrow").is_file()
     _, runs = mlflow_runs(project)
-    assert runs[0].data.tags["derived.worker_nodes"] == "2"  # one worker per node
+    assert details(project, runs[0])["derived"]["worker_nodes"] == 2  # one worker per node
     assert (project / "data" / "model" / "config.json").is_file()
 
 

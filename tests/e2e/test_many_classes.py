@@ -67,7 +67,7 @@ def test_the_per_class_figures_are_one_table_with_the_label_text(project):
 def test_derived_values_are_tags_and_the_note_holds_the_headline(project):
     _, run_ = project
     assert not [k for k in run_.data.params if k.startswith("derived.")]
-    assert run_.data.tags["derived.precision"] == "fp32" and "derived.run_name" in run_.data.tags
+    assert run_.data.tags["derived.precision"] == "fp32" and "wellfed.run_key" in run_.data.tags
     m, note = run_.data.metrics, run_.data.tags["mlflow.note.content"]
     for words in (f"**eval/macro_f1 {m['eval/macro_f1']:.4f}**", f"eval/accuracy {m['eval/accuracy']:.4f}",
                   "on test (154 rows)", "single_label, 77 classes", "train 308, validation 77",

@@ -72,9 +72,9 @@ def test_killed_after_moving_the_alias_the_rerun_gives_the_champion_its_words(ki
     reason = (f"@champion: eval/macro_f1 {values[1]:.4f} on the test split beats version 1's "
               f"{values[0]:.4f} on the same split")
     assert v3.tags[registry.REASON] == reason
-    assert v3.description == champion.describe(reason, "champion")
-    assert v1.tags[registry.REASON].startswith("not @champion: ") and \
-        v1.description == champion.describe(v1.tags[registry.REASON], "champion")
+    assert v3.description == champion.description(champion.scored(v3), reason, "champion")
+    assert v1.tags[registry.REASON].startswith("not @champion: ") and v1.description == \
+        champion.description(champion.scored(v1), v1.tags[registry.REASON], "champion")
     assert f"[wellfed] models:/{NAME}@champion stays version 3: {reason.split(': ', 1)[1]}" \
         in consoles[3]
 

@@ -55,8 +55,9 @@ def test_the_champion_is_the_best_version_by_the_headline_on_the_same_split(stor
     assert str(client.get_model_version_by_alias(NAME, "champion").version) == "2"
     assert len({v.tags[registry.SPLIT] for v in versions}) == 1  # one test split, one fingerprint
     rival = 1 if value[0] >= value[2] else 3  # the best of the others
-    assert versions[1].description == champion.describe(versions[1].tags[registry.REASON],
-                                                        "champion")
+    assert versions[1].description == champion.description(
+        champion.scored(versions[1]), versions[1].tags[registry.REASON], "champion")
+    assert versions[1].description.startswith(f"macro_f1 {value[1]:.4f} · lr ")  # its recipe
     assert versions[1].tags[registry.REASON] == (
         f"@champion: eval/macro_f1 {value[1]:.4f} on the test split beats version {rival}'s "
         f"{value[rival - 1]:.4f} on the same split")

@@ -67,7 +67,7 @@ def node_of(run) -> str:
 def has_checkpoint(project: Path, run) -> bool:
     """A checkpoint of the trial's run is registered (queued trials run in copies of the project
     under .dvc/tmp/exps/)."""
-    name = run.data.tags.get("derived.run_name", "")
+    name = run.data.tags.get("wellfed.run_key", "")
     return bool(name) and any(project.glob(
         f".dvc/tmp/exps/*/data/checkpoints/{name}/*/checkpoint_*/registered"))
 

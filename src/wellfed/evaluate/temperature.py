@@ -46,9 +46,10 @@ sharper scores lower the validation loss without end: every row is right, or (a 
 model) the logits are nearly flat while the arg-max is mostly right; to infinity when flatter
 scores always help: the scores say nothing of the labels (untrained, or labels unrelated to the
 texts). `decide` says which, from the fit's own figures."""
-TAG = "calibration"
-"""Run tag, one line: the temperature, whether it is in the exported model, the validation ECE
-before -> after (the evaluate stage adds the test split's: eval_tracking.calibration)."""
+DETAIL = "calibration"
+"""The run details' line (track/run_details.py): the temperature, whether it is in the exported
+model, the validation ECE before -> after (the evaluate stage adds the test split's:
+eval_tracking.calibration)."""
 MIN_POSITIVES = 10
 """Multi-label: a label with fewer validation positives than this takes the shared temperature
 (with none, its own fit would drive every score of the label to 0)."""
@@ -81,11 +82,12 @@ class Fit:
 
 @dataclass(frozen=True)
 class Calibrated:
-    """What `calibrate_model` did: the `wellfed.json` record, the MLflow tags, the line."""
+    """What `calibrate_model` did: the `wellfed.json` record, the run details' line, the
+    console's line."""
 
     record: dict
-    tags: dict
-    """The run tag TAG (empty for regression or `none`): read, not plotted, so not metrics (a
+    details: dict
+    """{DETAIL: line} (empty for regression or `none`): read, not plotted, so not metrics (a
     run keeps ~30 metric keys; eval/ece is the served scores' figure)."""
     line: str
     threshold: float = 0.5
@@ -278,7 +280,7 @@ def calibrate_model(model_dir: Path, data, pad_id: int, task: str, mode: str,
         asked = "WARNING: " if mode == "temperature" else ""
         why = f"validation {gap.problem}: a temperature fitted there says nothing of the others"
         return Calibrated({**off, "reason": f"validation {gap.problem}"},
-                          {TAG: f"not applied: {why}"},
+                          {DETAIL: f"not applied: {why}"},
                           f"{asked}calibration: not applied ({why})", threshold)
     if logits is None:
         model = load_exported(model_dir)
@@ -300,8 +302,8 @@ def calibrate_model(model_dir: Path, data, pad_id: int, task: str, mode: str,
               "temperatures": [float(t) for t in fitted.temperatures],
               "fitted_on": f"validation, {len(data)} rows", **figures,
               "changed_predictions": fitted.changed, "reason": why}
-    tags = {TAG: f"{_shown(fitted.temperatures)} {'applied' if apply else 'not applied'}; "
-                 f"ECE on validation {fitted.ece_before:.4f} -> {fitted.ece_after:.4f}"}
+    details = {DETAIL: f"{_shown(fitted.temperatures)} {'applied' if apply else 'not applied'}; "
+                    f"ECE on validation {fitted.ece_before:.4f} -> {fitted.ece_after:.4f}"}
     moves = task == "multi_label" and fitted.threshold != threshold
     if moves and apply:
         record["threshold_before"] = threshold
@@ -312,7 +314,7 @@ def calibrate_model(model_dir: Path, data, pad_id: int, task: str, mode: str,
             + (f" (threshold {threshold:.4g} -> {fitted.threshold:.4g} on the calibrated "
                "scores)" if moves and apply else "")
             + f"; {'applied' if apply else 'not applied'} ({why})")
-    return Calibrated(record, tags, line, fitted.threshold if apply else threshold)
+    return Calibrated(record, details, line, fitted.threshold if apply else threshold)
 
 
 def label_names(model_dir: Path) -> list[str]:

@@ -4,9 +4,10 @@ The alias (`champion`, mlflow.champion_alias) belongs to the best evaluated vers
 headline figure (registry.headline) on the holder's split (the tokenize stage's fingerprint of
 its row ids, texts and labels): versions scored on other test data, or on the validation split,
 are never ranked against it, and a tie leaves the alias where it is. Every evaluated version's
-tag `wellfed.champion.reason` and its description (the first thing its page shows, and the
-versions list's Description column) say where it stands: `@champion: ...` on the holder,
-`not @champion: ...` on the others, naming the figures compared.
+tag `wellfed.champion.reason` says where it stands (`@champion: ...` on the holder, `not
+@champion: ...` on the others, naming the figures compared), and its description (the first thing
+its page shows, and the versions list's Description column) leads with its figure and recipe
+before the same words (track/version_description.py).
 
 Why no lock. MLflow's registry has no compare-and-set: setting an alias overwrites it, so "read
 the holder, compare, move" in two processes at once lets the slower one move the alias back to
@@ -36,8 +37,9 @@ import math
 import shlex
 from dataclasses import dataclass
 
-from wellfed.track.registry import (EXCLUDE, METRIC, PREVIOUS, REASON, SPLIT, SPLIT_NAME, VALUE,
-                                    quoted)
+from wellfed.track.registry import (EXCLUDE, METRIC, PREVIOUS, REASON, RECIPE, SPLIT, SPLIT_NAME,
+                                    VALUE, quoted)
+from wellfed.track.version_description import describe, ours, recipe
 
 ROUNDS = 10
 """Reads before `settle` gives up: two suffice after any interleaving of finished writers;
@@ -65,6 +67,9 @@ class Scored:
     value: float
     split: str
     split_name: str
+    recipe: str = ""
+    """`lr 1e-4 bs 32` (version_description.recipe); empty for a version scored before it was
+    recorded."""
 
     def figure(self) -> str:
         return f"{self.metric} {self.value:.4f} on the {self.split_name} split"
@@ -148,7 +153,13 @@ def scored(version) -> Scored | None:
         value = float(tags[VALUE])
     except ValueError:
         value = math.nan
-    return Scored(number(version), tags[METRIC], value, tags[SPLIT], tags[SPLIT_NAME])
+    return Scored(number(version), tags[METRIC], value, tags[SPLIT], tags[SPLIT_NAME],
+                  tags.get(RECIPE, ""))
+
+
+def description(record: Scored, reason: str, alias: str) -> str:
+    """The description wellfed writes on `record`'s version for its `reason`."""
+    return describe(reason, alias, record.metric, record.value, record.recipe)
 
 
 def read(client, name: str, alias: str) -> Standing:
@@ -227,21 +238,6 @@ def plan(standing: Standing, alias: str) -> Plan:
                          for v, r in standing.scored.items()})
 
 
-def describe(reason: str, alias: str) -> str:
-    """A version's description: its reason, headed `Champion (@champion): ` or `Not champion
-    (@champion): ` (the versions list shows descriptions as written, and MLflow's Markdown makes
-    an `@name` after a space a link to github.com/name; after a parenthesis it stays text)."""
-    if reason.startswith(f"@{alias}: "):
-        return f"{alias[:1].upper()}{alias[1:]} (@{alias}): {reason.removeprefix(f'@{alias}: ')}"
-    return f"Not {alias} (@{alias}): {reason.removeprefix(f'not @{alias}: ')}"
-
-
-def ours(description: str, alias: str) -> bool:
-    """Whether a version's description is wellfed's to rewrite (empty, or one it wrote)."""
-    return not description or any(description.startswith(describe(head, alias))
-                                  for head in (f"@{alias}: ", f"not @{alias}: "))
-
-
 def settle(client, name: str, alias: str, seen: list[Standing] | None = None) -> Standing:
     """Bring the alias and every scored version's reason and description in line with `plan`
     until a fresh read asks for no write (module docstring); return the settled state, and
@@ -253,8 +249,9 @@ def settle(client, name: str, alias: str, seen: list[Standing] | None = None) ->
             seen.append(now)
         wanted = plan(now, alias)
         words = {v: text for v, text in wanted.reasons.items() if now.reasons.get(v) != text}
-        notes = {v: describe(text, alias) for v, text in wanted.reasons.items()
-                 if now.descriptions.get(v, "") != describe(text, alias)
+        notes = {v: description(now.scored[v], text, alias)
+                 for v, text in wanted.reasons.items()
+                 if now.descriptions.get(v, "") != description(now.scored[v], text, alias)
                  and ours(now.descriptions.get(v, ""), alias)}
         if wanted.holder == now.holder and not words and not notes:
             return now
@@ -296,8 +293,9 @@ def promote(uri: str, name: str, version: str | int, alias: str, metric: str, va
 
     client = mlflow.MlflowClient(uri)
     version = str(version)
-    for key, text in ((METRIC, metric), (VALUE, repr(float(value))), (SPLIT, split),
-                      (SPLIT_NAME, split_name)):
+    record = ((RECIPE, run_recipe(client, name, version)), (METRIC, metric),
+              (VALUE, repr(float(value))), (SPLIT, split), (SPLIT_NAME, split_name))
+    for key, text in ((k, t) for k, t in record if t):  # the recipe first: complete with it
         patiently(lambda: client.set_model_version_tag(name, version, key, text))
     first: list[Standing] = []  # where the alias was when this evaluation first looked
     try:
@@ -312,6 +310,17 @@ def promote(uri: str, name: str, version: str | int, alias: str, metric: str, va
     words = settled.reasons[version]
     return Verdict(name, version, alias, settled.holder, first[0].holder,
                    words.removeprefix(f"@{alias}: ").removeprefix(f"not @{alias}: "))
+
+
+def run_recipe(client, name: str, version: str) -> str:
+    """The recipe of the run that made `version` (its params), "" when there is none."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        run_id = client.get_model_version(name, version).run_id
+        return recipe(client.get_run(run_id).data.params) if run_id else ""
+    except MlflowException:  # a version made from a run since deleted, say
+        return ""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from wellfed.track import champion, registry, run_note, runs_view, tracking, ui_links
+from wellfed.track import champion, registry, run_details, run_note, runs_view, tracking, ui_links
 
 
 def table_file(task: str) -> str:
@@ -85,9 +85,9 @@ def record(run: dict, report: dict, figures: dict[str, float], task: str, labels
 def pipeline_time(run: dict, budget) -> str | None:
     """The pipeline run's seconds into the MLflow run: every stage that this stage's dvc
     process ran (their budgets beside this one's, telemetry/budget.py) as `time/pipeline.json`,
-    the metric `time/pipeline_s` (one key: the run's metric list stays short) and the tag
-    `wellfed.time` (the line, with the fixed cost); returns the line, or None outside dvc or
-    without a budget file to find the others by."""
+    the metric `time/pipeline_s` (one key: the run's metric list stays short) and the run
+    details' `pipeline_time` (the line, with the fixed cost); returns the line, or None outside
+    dvc or without a budget file to find the others by."""
     import json
 
     from wellfed.telemetry import budget as budgets
@@ -99,21 +99,21 @@ def pipeline_time(run: dict, budget) -> str | None:
         return None
     uri, run_id, line = run["tracking_uri"], run["mlflow_run_id"], budgets.pipeline_line(summary)
     tracking.log_metrics(uri, run_id, {"time/pipeline_s": summary["total_s"]})
-    tracking.set_tags(uri, run_id, {TIME_TAG: line})
+    run_details.update(uri, run_id, {PIPELINE_TIME: line})
     tracking.log_text(uri, run_id, json.dumps(summary, indent=1), "time/pipeline.json")
     return line
 
 
-TIME_TAG = "wellfed.time"
+PIPELINE_TIME = "pipeline_time"
+"""The run details' key of the pipeline run's time line (track/run_details.py)."""
 
 
 def calibration(uri: str, run_id: str, before: float, after: float) -> None:
-    """Add the test split's ECE before -> after the exported model's calibration to the run's
-    one calibration tag (temperature.TAG, which the train stage set); a rerun replaces it."""
-    import mlflow
+    """Add the test split's ECE before -> after the exported model's calibration to the run
+    details' calibration line (temperature.DETAIL, which the train stage wrote); a rerun
+    replaces it."""
+    from wellfed.evaluate.temperature import DETAIL
 
-    from wellfed.evaluate.temperature import TAG
-
-    known = mlflow.MlflowClient(uri).get_run(run_id).data.tags.get(TAG, "")
+    known = run_details.read(uri, run_id).get(DETAIL, "")
     line = known.split(", on test ")[0] + f", on test {before:.4f} -> {after:.4f}"
-    tracking.set_tags(uri, run_id, {TAG: line})
+    run_details.update(uri, run_id, {DETAIL: line})

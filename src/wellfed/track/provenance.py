@@ -92,19 +92,15 @@ def code_changes(paths: list[str], outputs: list[str]) -> list[str]:
     return [p for p in paths if p and p not in RUN_RECORDS and not output(p)]
 
 
-VERSIONS = "versions"
-"""Run tag: Python's and the main libraries' versions, one readable line (one tag, not eight:
-the run page shows every tag as a chip above the run's description)."""
-
-
 def library_versions() -> dict[str, str]:
-    """{VERSIONS: "python 3.11.7, torch 2.13.0+cpu, transformers ..."} for the run's tags."""
+    """{"python": "3.11.7", "torch": "2.13.0+cpu", ...}: Python's and the main libraries'
+    versions, for the run's details (track/run_details.py; not tags: nobody filters by them)."""
     from importlib.metadata import PackageNotFoundError, version
 
-    found = [f"python {sys.version.split()[0]}"]
+    found = {"python": sys.version.split()[0]}
     for name in ("torch", "transformers", "tokenizers", "pyarrow", "ray", "mlflow", "dvc"):
         try:
-            found.append(f"{name} {version(name)}")
+            found[name] = version(name)
         except PackageNotFoundError:
             pass
-    return {VERSIONS: ", ".join(found)}
+    return found

@@ -26,6 +26,9 @@ def headline(task: str) -> str:
 # interrupted attempt).
 METRIC, VALUE, SPLIT = "wellfed.eval.metric", "wellfed.eval.value", "wellfed.eval.split"
 SPLIT_NAME = "wellfed.eval.split_name"
+RECIPE = "wellfed.eval.recipe"
+"""`lr 1e-4 bs 32`, from the version's run: its description leads with it (the versions list
+shows the first ~40 characters)."""
 REASON, PREVIOUS = "wellfed.champion.reason", "wellfed.champion.previous"
 EXCLUDE = "wellfed.champion.exclude"
 """A version tag (any value) set by hand: never ranked for the alias (a model found faulty)."""

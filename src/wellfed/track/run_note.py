@@ -3,17 +3,21 @@
 The run page opens on it: how good the model is and on what, the task and the data, how fast it
 trained and why, and where the model is in the registry. The train stage writes it when training
 ends; evaluate writes it again with the test figures and the champion decision. Everything in it
-is also a metric, tag or artifact of the run: the note is the reading order, not a new record.
+is also a metric, tag or artifact of the run (the run's details, track/run_details.py, hold the
+diagnosis, calibration and precision lines): the note is the reading order, not a new record.
 """
 
 from __future__ import annotations
 
 import json
 
+from wellfed.track import run_details
+
 NOTE = "mlflow.note.content"
 """The run tag MLflow's UI shows as the run's description."""
-DIAGNOSIS = "wellfed.diagnosis"
-"""Run tag: the diagnosis's first line (bottleneck and knob), data/train/diagnosis.md."""
+DIAGNOSIS = "diagnosis"
+"""The run details' key of the diagnosis's first line (bottleneck and knob), from
+data/train/speed/diagnosis.md."""
 SHOWN_LABELS = 5  # label names listed in the note; the per-class table has them all
 
 
@@ -55,13 +59,14 @@ def headline(run, task: str, evaluation: dict | None) -> str:
 
 
 def compose(run, task: str, labels: list[str], *, model: dict | None = None,
-            evaluation: dict | None = None, verdict=None) -> str:
+            evaluation: dict | None = None, verdict=None, details: dict | None = None) -> str:
     """The note's markdown. `run`: the MLflow Run; `model`: the train stage's record of the
     logged and registered model (registered_model, model_version); `evaluation`: {split, rows,
-    figures: {eval/...: value}}; `verdict`: wellfed.track.champion.Verdict."""
+    figures: {eval/...: value}}; `verdict`: wellfed.track.champion.Verdict; `details`: the
+    run's details (track/run_details.py)."""
     from wellfed.track import ui_links
 
-    m, p, t = run.data.metrics, run.data.params, run.data.tags
+    m, p, t, d = run.data.metrics, run.data.params, run.data.tags, details or {}
     kind = "targets" if task == "regression" else "classes"
     names = ", ".join(str(n) for n in labels[:SHOWN_LABELS]) + (", ..." if len(labels) >
                                                                SHOWN_LABELS else "")
@@ -87,8 +92,13 @@ def compose(run, task: str, labels: list[str], *, model: dict | None = None,
                      f"{share(m.get('train/padding_efficiency'))}, input wait "
                      f"{share(m.get('train/input_wait_share'))}; "
                      f"{m.get('train/seconds', 0):.0f} s of training")
-    if t.get(DIAGNOSIS):
-        lines.append(f"- **diagnosis** {t[DIAGNOSIS]}")
+    if d.get(DIAGNOSIS):
+        lines.append(f"- **diagnosis** {d[DIAGNOSIS]}")
+    if d.get("derived", {}).get("precision_reason"):
+        lines.append(f"- **precision** {t.get('derived.precision', '?')} "
+                     f"({d['derived']['precision_reason']})")
+    if d.get("calibration"):
+        lines.append(f"- **calibration** {d['calibration']}")
     if model and model.get("model_version"):
         name, version = model["registered_model"], model["model_version"]
         where = f"[models:/{name}/{version}]({ui_links.model_version_route(name, version)})"
@@ -102,6 +112,9 @@ def compose(run, task: str, labels: list[str], *, model: dict | None = None,
         lines.append(f"- **registry** {where}")
     if evaluation and evaluation.get("table"):
         lines.append(f"- per-class figures: the table `{evaluation['table']}` (Artifacts)")
+    if d:
+        lines.append(f"- what wellfed decided and why, library versions, timings: "
+                     f"`{run_details.ARTIFACT}` (Artifacts)")
     return "\n".join(lines) + "\n"
 
 
@@ -110,6 +123,7 @@ def write(uri: str, run_id: str, task: str, labels: list[str], **parts) -> str:
     import mlflow
 
     client = mlflow.MlflowClient(uri)
-    text = compose(client.get_run(run_id), task, labels, **parts)
+    text = compose(client.get_run(run_id), task, labels, details=run_details.read(uri, run_id),
+                   **parts)
     client.set_tag(run_id, NOTE, text)
     return text

@@ -18,7 +18,8 @@ from pathlib import Path
 from mlflow.entities import Metric
 
 from wellfed import environ
-from wellfed.track.tracking import send_metrics, set_tags
+from wellfed.track import run_details
+from wellfed.track.tracking import send_metrics
 from wellfed.track.worker_metrics import WORKERS, interval_metrics, worker_time_tag
 from wellfed.train.checkpoints import retention
 
@@ -184,8 +185,9 @@ class MlflowCallback:
 
     def _log_worker_choices(self, reports: list[dict]) -> None:
         """What the workers decided on their device: precision (and why), padding, device names,
-        and every key of a report's `derived` dict, as `derived.*` tags (not params: no one set
-        them, so they stay out of the compare page's "params that differ")."""
+        and every key of a report's `derived` dict, as `derived.*` values (not params: no one set
+        them, so they stay out of the compare page's "params that differ"): the precision and
+        the devices as run tags, the rest in the run's details (run_details.log_derived)."""
         rank0 = reports[0]
         tags = {"derived.precision": rank0["precision"],
                 "derived.precision_reason": rank0["precision_reason"],
@@ -200,7 +202,7 @@ class MlflowCallback:
                 "derived.micro_batch_tokens_source": rank0.get("micro_batch_tokens_source", ""),
                 "derived.compiled": rank0.get("compiled", False),
                 **{f"derived.{k}": v for k, v in rank0.get("derived", {}).items()}}
-        set_tags(self.uri, self.run_id, tags)
+        run_details.log_derived(self.uri, self.run_id, tags)
         print(f"[wellfed] precision={rank0['precision']} ({rank0['precision_reason']}), "
               f"pad_multiple={rank0['pad_multiple']}, devices={tags['derived.devices']}, "
               f"peak {rank0['peak_flops'] / 1e12:.3g} TFLOP/s ({rank0['peak_source']})", flush=True)

@@ -14,7 +14,7 @@ from wellfed.data.token_files import TokenFile
 from wellfed.evaluate import predictions, temperature
 from wellfed.outputs import atomic_path
 from wellfed.telemetry.phases import Phases
-from wellfed.track import tracking
+from wellfed.track import run_details, tracking
 from wellfed.train.checkpoints import checkpoint
 
 
@@ -82,7 +82,8 @@ def export(trained, tokens_dir: Path, meta: dict, train_cfg, model_dir: Path, ur
         calibrated = temperature.calibrate_model(model_dir, validation, pad_id, task,
                                                  train_cfg.calibrate, float(fixed), model, logits)
     print(f"[wellfed] {calibrated.line}")
-    tracking.set_tags(uri, run_id, calibrated.tags)
+    if calibrated.details:  # the run's details, not a tag: read once, filtered by no one
+        run_details.update(uri, run_id, calibrated.details)
     info = {"task": task, "text_columns": meta.get("text_columns", ["text"]),
             "threshold": calibrated.threshold if task == "multi_label" else tasks.VAL_THRESHOLD,
             "max_length": meta.get("max_length", 128), "calibration": calibrated.record}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from wellfed.config import DataConfig, TrainConfig
 from wellfed.outputs import atomic_path, write_json
-from wellfed.track import tracking, worker_metrics
+from wellfed.track import run_details, tracking, worker_metrics
 
 SPEED = "speed"
 """The train folder's subfolder for this machine's speed reports (gitignored, not in dvc.lock)."""
@@ -107,14 +107,22 @@ def write_reports(history: list[dict], uri: str, run_id: str, out: Path, data_cf
     return text, figures
 
 
-def worker_seconds(uri: str, run_id: str, since: float) -> dict[str, float]:
+def take_worker_seconds(uri: str, run_id: str, since: float) -> dict[str, float]:
     """Rank 0's seconds per part of the loop (setup, steps, validation...) from the run tag
-    worker_metrics.WORKER_TIME its last report left; {} when that report came before `since` (epoch
-    seconds: a resumed run's tag may be the interrupted attempt's)."""
+    worker_metrics.WORKER_TIME its last report left; {} when that report came before `since`
+    (epoch seconds: a resumed run's tag may be the interrupted attempt's). The tag carries them
+    from the reports (in the Ray Train controller, maybe) to the stage's end: here they move
+    into the run's details (`worker_seconds`) and the tag goes, one chip fewer on the run page."""
     import json
 
     import mlflow
 
-    tag = mlflow.MlflowClient(uri).get_run(run_id).data.tags.get(worker_metrics.WORKER_TIME)
+    client = mlflow.MlflowClient(uri)
+    tag = client.get_run(run_id).data.tags.get(worker_metrics.WORKER_TIME)
     record = json.loads(tag) if tag else {}
-    return record.get("seconds", {}) if record.get("at", 0) >= since else {}
+    seconds = record.get("seconds", {}) if record.get("at", 0) >= since else {}
+    if seconds:
+        run_details.update(uri, run_id, {"worker_seconds": seconds})
+    if tag:
+        client.delete_tag(run_id, worker_metrics.WORKER_TIME)
+    return seconds

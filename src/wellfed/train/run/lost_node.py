@@ -97,7 +97,7 @@ def after_ray_train(workers: RayConfig, asked: RayConfig, per_worker: dict[str, 
     workers), said in one line and tagged on the MLflow run; or raise `stopped`'s line.
     `unplaced`: the workers Ray could not place when it gave up (failures.TrainingFailed), a
     shortage even where the cluster lists room for them."""
-    from wellfed.track import tracking
+    from wellfed.track import run_details, tracking
     from wellfed.train.run.mlflow_run import world_size_change
 
     nodes = cluster.live_nodes()
@@ -117,7 +117,8 @@ def after_ray_train(workers: RayConfig, asked: RayConfig, per_worker: dict[str, 
     derived = {"derived.world_size": room,
                "derived.accumulation_steps": train_cfg.accumulation_steps(room)}
     world_size_change(uri, run_id, derived)  # derived.world_sizes: every count the run had
-    tracking.set_tags(uri, run_id, {**derived, LOST_TAG: line})
+    run_details.log_derived(uri, run_id, derived)  # the worker count a tag, the rest details
+    tracking.set_tags(uri, run_id, {LOST_TAG: line})
     return dataclasses.replace(workers, num_workers=room)
 
 

@@ -1,6 +1,7 @@
 """The training run's MLflow run: opened, or reopened for a resume (saying from where, and on
-how many workers now), with the params and what the driver decided as `derived.*` tags; marked
-FAILED on an error and KILLED on a stop (resumable, not failed)."""
+how many workers now), with the params and what the driver decided (`derived.*`: the few people
+filter by as tags, the rest in the run's details, track/run_details.py); marked FAILED on an
+error and KILLED on a stop (resumable, not failed)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from wellfed.config import RayConfig
-from wellfed.track import provenance, tracking
+from wellfed.track import provenance, run_details, tracking
 from wellfed.train.checkpoints import preemption
 from wellfed.train.run import runs
 
@@ -40,9 +41,10 @@ def open_run(run: runs.Run, uri: str, experiment: str, params: dict, tags: dict,
         storage.mkdir(parents=True, exist_ok=True)
         backlog = storage.resolve() / f".{run.name}.mlflow-backlog.jsonl"  # the driver's node
         flush_backlog(uri, run_id, backlog)  # left by an interrupted run: log it before resuming
-        tracking.log_params(uri, run_id, params,
-                            {**tags, **derived, **provenance.library_versions(),
-                             "data.tokens_sha256": run.data_hash})
+        tracking.log_params(uri, run_id, params, tags)
+        run_details.log_derived(uri, run_id, derived, {
+            "versions": provenance.library_versions(), "run_hash": run.run_hash,
+            "tokens_sha256": run.data_hash})
     return run_id, backlog
 
 
@@ -68,12 +70,13 @@ def world_size_change(uri: str, run_id: str, derived: dict) -> str:
 
 def derived_tags(job: TrainJob, run: runs.Run, ray_cfg: RayConfig, use_gpu: bool,
                  engine: str) -> dict:
-    """What the driver decided, logged as `derived.*` run tags (no one set them: they are not
-    params); the console says each choice as it is made."""
+    """What the driver decided, as `derived.*` values (no one set them: they are not params;
+    run_details.log_derived says which are tags); the console says each choice as it is made.
+    The run's folder name is the tag `wellfed.run_key` (runs.Run.tags)."""
     return {"derived.world_size": ray_cfg.num_workers, "derived.use_gpu": use_gpu,
             "derived.accumulation_steps": job.train.accumulation_steps(ray_cfg.num_workers),
-            "derived.model_source": job.model_source, "derived.run_name": run.name,
-            "derived.storage": run.storage_uri, "derived.engine": engine}
+            "derived.model_source": job.model_source, "derived.storage": run.storage_uri,
+            "derived.engine": engine}
 
 
 def forget(uri: str, run_id: str) -> None:

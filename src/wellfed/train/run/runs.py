@@ -56,7 +56,7 @@ class Run:
     """The MLflow run name people read: $DVC_EXP_NAME under `dvc exp run`, else a summary of
     the recipe (`minilm-lr1e-4-b32-3f2a`); tracking.start_run numbers a repeat (`...-2`)."""
     run_hash: str
-    """The full sha256 that `name` abbreviates (the tag `wellfed.run_hash`)."""
+    """The full sha256 that `name` abbreviates (`run_hash` in the run's details)."""
     inputs: str | None = None
     """`inputs_digest` of this stage's inputs (None: not asked for, as in tests of the loop)."""
 
@@ -64,8 +64,9 @@ class Run:
         return {"storage": self.storage_uri, "name": self.name, "inputs": self.inputs}
 
     def tags(self) -> dict[str, str]:
-        """How to find a run in MLflow by its Ray storage folder, whatever its title."""
-        return {"wellfed.run_key": self.name, "wellfed.run_hash": self.run_hash}
+        """How to find a run in MLflow by its Ray storage folder, whatever its title (the
+        folder name is a prefix of the full hash: one tag, the full hash is in the details)."""
+        return {"wellfed.run_key": self.name}
 
 
 def plan(tokens_dir: Path, train_cfg: TrainConfig, model_cfg: ModelConfig, storage_uri: str,
