@@ -1,6 +1,7 @@
 """wellfed-search with fused trials (search.fuse true), as a user runs it on the tiny model:
-killed outright (SIGKILL) once its first group finished, resumed to the end of the search
-phase and the final check, both fused. Checks that K is chosen and recorded, that each group
+killed outright (SIGKILL) inside a group, once the group saved its state at a rung, resumed to
+the end of the search phase and the final check, both fused. Checks that the group goes on from
+its rung with the recipes TPE gave it, that K is chosen and recorded, that each group
 halves in step (the stopped trials say at which rung, against which cutoff), that no finished
 trial trains again, that the final check trains one group per seed and reuses the finalist's
 own full-budget trial for its seed, and that every child run ends FINISHED."""
@@ -8,11 +9,15 @@ own full-budget trial for its seed, and that every child run ends FINISHED."""
 from __future__ import annotations
 
 import json
+import re
 import signal
+import subprocess
+import threading
+import time
 
 import pytest
 
-from tests.e2e.pipeline import mlflow_runs
+from tests.e2e.pipeline import env, mlflow_runs
 from tests.e2e.test_search import ledger, search, search_project
 
 pytestmark = [pytest.mark.e2e]
@@ -27,24 +32,51 @@ def project(tmp_path_factory, tiny_model_dir):
     return search_project(tmp_path_factory.mktemp("search-fused"), tiny_model_dir, SEARCH)
 
 
-def test_a_fused_search_killed_after_a_group_resumes_and_proves_its_winner_fused(project):
-    code, out = search(project, "--no-exp", stop_after=1, how=signal.SIGKILL)
+def killed_at_a_rung(project) -> tuple[int, str]:
+    """wellfed-search, killed outright (SIGKILL) as soon as a group saved its state at a rung
+    (the group trains inside one Ray task and prints nothing until it ends: the file says it)."""
+    proc = subprocess.Popen(["wellfed-search", "--no-exp"], cwd=project, env=env(), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
+    deadline = time.time() + 900
+    while proc.poll() is None and time.time() < deadline:
+        if list(project.glob("data/search/*/groups/*.pt")):
+            proc.kill()
+            break
+        time.sleep(0.05)
+    code = proc.wait(timeout=120)
+    reader.join(timeout=30)
+    return code, "".join(lines)
+
+
+def test_a_fused_search_killed_inside_a_group_goes_on_from_its_rung_and_proves_fused(project):
+    code, out = killed_at_a_rung(project)
     assert code == -signal.SIGKILL, out[-3000:]
+    (kept,) = project.glob("data/search/*/groups/*-members.json")
+    proposed = {m[0]: m[1] for m in json.loads(kept.read_text())}
     chosen = [line for line in out.splitlines() if line.startswith("[wellfed] fused trials: ")]
     assert len(chosen) == 1 and "per group, successive halving in step" in chosen[0], out[-3000:]
     k = int(chosen[0].split()[3])
     assert 2 <= k <= TRIALS
     before = {t: e for t, e in ledger(project).items() if e["phase"] == "search"}
-    assert len(before) >= 1
 
     code, out = search(project, "--no-exp")
     assert code == 0, out[-3000:]
-    assert f"resuming: {len(before)} of {TRIALS} search trials finished" in out
+    if before:
+        assert f"resuming: {len(before)} of {TRIALS} search trials finished" in out
+    # the group it was killed in went on from its rung, with the recipes TPE had given it
+    assert re.search(r"^\[wellfed\] search group \d+/\d+ went on from its last rung \(step "
+                     r"(4|8)\): the steps before it were not trained again$", out, re.M), out[-3000:]
     after = ledger(project)
     assert {t: after[t] for t in before} == before  # kept, not trained again
+    assert {t: after[t]["config"] for t in proposed} == proposed
+    assert not list(project.glob("data/search/*/groups/*"))  # spent once recorded
     searched = {t: e for t, e in after.items() if e["phase"] == "search"}
     assert len(searched) == TRIALS
-    groups = [line for line in out.splitlines() if line.startswith("[wellfed] search group ")]
+    groups = [line for line in out.splitlines()
+              if re.match(r"\[wellfed\] search group \d+/\d+: ", line)]
     assert groups and all("fused" in line for line in groups)
     # successive halving in step: in each group of n, the best max(1, n // 2) go past rung 1
     steps = sorted(int(e["reports"][-1]["step"]) for e in searched.values())

@@ -80,7 +80,8 @@ def test_a_space_beyond_the_update_is_not_fused_and_says_why(capsys):
 
 
 def test_a_group_the_device_runs_out_of_memory_for_is_trained_again_as_two_halves(monkeypatch,
-                                                                                   capsys):
+                                                                                   capsys,
+                                                                                   tmp_path):
     import ray
     import torch
 
@@ -99,7 +100,7 @@ def test_a_group_the_device_runs_out_of_memory_for_is_trained_again_as_two_halve
 
     monkeypatch.setattr(ray, "get", get)
     members = [(f"t{i}", {}, {"i": i}, 1) for i in range(5)]
-    out = fused.trained(Task(), members, None, 2, "val/loss", True, 1, True)
+    out = fused.trained(Task(), members, None, 2, "val/loss", True, 1, True, tmp_path)
     assert sent == [5, 2, 3, 1, 2]  # 5 -> 2 + 3 -> 2 + (1 + 2)
     assert [r["said"] for r in out] == [str(({"i": i}, 1)) for i in range(5)]  # in order
     lines = [line for line in capsys.readouterr().out.splitlines() if "out of device memory" in line]
@@ -111,4 +112,4 @@ def test_a_group_the_device_runs_out_of_memory_for_is_trained_again_as_two_halve
 
     monkeypatch.setattr(ray, "get", fails)
     with pytest.raises(ray.exceptions.RayTaskError):  # any other error is not retried
-        fused.trained(Task(), members, None, 2, "val/loss", True, 1, True)
+        fused.trained(Task(), members, None, 2, "val/loss", True, 1, True, tmp_path)

@@ -7,7 +7,9 @@ A group runs as one Ray task on one device (ray.gpus_per_worker > 0: a whole GPU
 node's cores), so the same search runs on a cluster; the driver writes each trial's child run
 and ledger entry (search/story.py) when its group ends. K is chosen once per search, from the
 device (train/trials/sizing.py), printed and recorded on the parent run. A stopped search
-resumes from its last finished group: TPE is told every finished trial again, in order.
+resumes from its last finished group (TPE is told every finished trial again, in order), and
+the group it stopped in goes on from its last rung: the group writes its state there
+(train/trials/resume.py) to `groups/` in the search's folder, beside the recipes TPE gave it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import signal
 import time
 
 import numpy as np
+
+from pathlib import Path
 
 from wellfed.config import SearchConfig
 from wellfed.outputs import write_json
@@ -168,9 +172,11 @@ def halving(rf: int, metric: str, lower: bool, rungs: list[int], said: dict):
 
 
 def train_group(setting: Setting, members: list[tuple[dict, int]], rf: int, metric: str,
-                lower: bool, threads: int, halve: bool) -> list[dict]:
-    """Train `members` ((recipe, seed) each, one seed for all) as one group; returns per
-    member {"reports": [...], "said": decision or ""} as a search trial reports them."""
+                lower: bool, threads: int, halve: bool, saved: str | None = None) -> list[dict]:
+    """Train `members` ((recipe, seed) each, one seed for all) as one group, its state at each
+    rung kept in `saved` (and gone on from where it is); returns per member {"reports": [...],
+    "said": decision or "", "resumed_at": the step it went on from, 0 if none} as a search
+    trial reports them."""
     import contextlib
     import io
 
@@ -186,7 +192,8 @@ def train_group(setting: Setting, members: list[tuple[dict, int]], rf: int, metr
     with contextlib.redirect_stdout(io.StringIO()):
         out = run(jobs[0], [j.train for j in jobs], Place(device, 0, 1, "group"),
                   validate_at=frozenset(setting.rungs), decide=decide,
-                  keep_logits=setting.task == "single_label")
+                  keep_logits=setting.task == "single_label",
+                  saved=Path(saved) if saved else None)
     results = []
     for k, job in enumerate(jobs):
         reports, last = [], 0
@@ -201,7 +208,8 @@ def train_group(setting: Setting, members: list[tuple[dict, int]], rf: int, metr
             reports.append(report)
         if out.steps[k] >= setting.full and k in out.logits:
             reports[-1]["predicted"] = encode(np.asarray(out.logits[k]).argmax(-1))
-        results.append({"reports": reports, "said": said.get(k, "")})
+        results.append({"reports": reports, "said": said.get(k, ""),
+                        "resumed_at": out.resumed_at})
     return results
 
 
@@ -221,15 +229,21 @@ def run_groups(groups: list[list[tuple[str, dict, dict, int]]], phase: str, cfg:
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, polite)
+    states = teller.folder / "groups"
     try:
         for n, members in enumerate(groups, 1):
-            members = ask(members) if ask else members
+            members = proposed(states, members, ask)
             print(f"[wellfed] {phase} group {n}/{len(groups)}: {len(members)} trial(s) fused "
                   f"({', '.join(m[0] for m in members)})", flush=True)
             for trial, config, _recipe, _seed in members:
                 teller.start(trial, config, by_config=False)
             results = trained(task, members, setting, cfg.reduction_factor, metric, lower,
-                              threads, phase == "search")
+                              threads, phase == "search", states)
+            resumed = max(r.get("resumed_at", 0) for r in results)
+            if resumed:
+                print(f"[wellfed] {phase} group {n}/{len(groups)} went on from its last rung "
+                      f"(step {resumed}): the steps before it were not trained again",
+                      flush=True)
             for (trial, _config, _recipe, _seed), got in zip(members, results):
                 for report in got["reports"]:
                     report["phase"] = phase
@@ -240,6 +254,9 @@ def run_groups(groups: list[list[tuple[str, dict, dict, int]]], phase: str, cfg:
                 teller.complete(trial)
             if ask:
                 ask.tell(members, results)
+            for trial, *_rest in members:  # recorded: the group's state is spent
+                for path in states.glob(f"{trial}-*"):
+                    path.unlink()
     except KeyboardInterrupt:
         teller.interrupted()
         return received[0] if received else signal.SIGINT
@@ -248,14 +265,28 @@ def run_groups(groups: list[list[tuple[str, dict, dict, int]]], phase: str, cfg:
     return None
 
 
+def proposed(states: Path, members: list[tuple], ask) -> list[tuple]:
+    """The group's members: TPE's recipes (kept beside the group's state, so that a search
+    stopped inside the group goes on with the same ones), or those kept when it was stopped."""
+    if ask is None:
+        return members
+    kept = states / f"{members[0][0]}-members.json"
+    if kept.is_file():
+        return ask.again([tuple(m) for m in json.loads(kept.read_text(encoding="utf-8"))])
+    members = ask(members)
+    write_json(kept, [list(m) for m in members])
+    return members
+
+
 def trained(task, members: list[tuple], setting: Setting, rf: int, metric: str, lower: bool,
-            threads: int, halve: bool) -> list[dict]:
+            threads: int, halve: bool, states: Path) -> list[dict]:
     """A group's results from its Ray task; a group the device runs out of memory for is
     trained again as two halves (said in one line), down to one trial."""
     import ray
 
+    saved = states / f"{members[0][0]}-{members[-1][0]}.pt"
     ref = task.remote(setting, [(m[2], m[3]) for m in members], rf, metric, lower, threads,
-                      halve)
+                      halve, str(saved.resolve()))
     try:
         return ray.get(ref)
     except KeyboardInterrupt:
@@ -267,5 +298,5 @@ def trained(task, members: list[tuple], setting: Setting, rf: int, metric: str, 
     half = len(members) // 2
     print(f"[wellfed] a group of {len(members)} fused trials ran out of device memory: "
           f"trained again as {half} + {len(members) - half}", flush=True)
-    return (trained(task, members[:half], setting, rf, metric, lower, threads, halve)
-            + trained(task, members[half:], setting, rf, metric, lower, threads, halve))
+    return (trained(task, members[:half], setting, rf, metric, lower, threads, halve, states)
+            + trained(task, members[half:], setting, rf, metric, lower, threads, halve, states))

@@ -51,12 +51,25 @@ class Proposer:
             out.append((trial, recipe, recipe, seed))
         return out
 
+    def again(self, members: list[tuple]) -> list[tuple]:
+        """The members of the group a stopped search was training, as it proposed them: told
+        to TPE once they finish, as trials it did not ask for."""
+        for trial, *_rest in members:
+            self.pending[trial] = None
+        return members
+
     def tell(self, members: list[tuple], results: list[dict]) -> None:
-        for (trial, *_rest), got in zip(members, results):
+        import optuna
+
+        for (trial, config, *_rest), got in zip(members, results):
             scored = [r for r in got["reports"] if self.metric in r]
-            self.study.tell(self.pending.pop(trial),
-                            float(scored[-1][self.metric]) if scored else None,
-                            state=None if scored else _failed())
+            value = float(scored[-1][self.metric]) if scored else None
+            asked = self.pending.pop(trial)
+            if asked is not None:
+                self.study.tell(asked, value, state=None if scored else _failed())
+            elif scored:
+                self.study.add_trial(optuna.trial.create_trial(
+                    params=config, distributions=self.dists, value=value))
 
 
 def _failed():
