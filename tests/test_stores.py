@@ -215,3 +215,21 @@ def test_a_store_moved_into_the_team_store_is_set_aside_and_says_where_it_went(t
     monkeypatch.delenv("MLFLOW_TRACKING_URI")
     (tmp_path / "mlflow.db.moved-to").unlink()  # asked for a new local store: allowed again
     assert tracking_uri("", tmp_path) == f"sqlite:///{db}"
+
+
+def test_the_servers_auth_config_checks_a_login_once_a_minute_and_lets_no_login_write(
+        tmp_path, monkeypatch):
+    """The team store's basic_auth.ini as MLflow's server reads it: READ for users without a
+    grant, wellfed's authorization function, and MLflow's login cache on (a scrypt check per
+    request cost the server most of its CPU)."""
+    from mlflow.server.auth.config import read_auth_config
+
+    from wellfed.track import store_access
+
+    env = store_access.prepare(tmp_path)
+    assert (tmp_path / "auth").stat().st_mode & 0o777 == 0o700
+    monkeypatch.setenv("MLFLOW_AUTH_CONFIG_PATH", env["MLFLOW_AUTH_CONFIG_PATH"])
+    config = read_auth_config()
+    assert config.default_permission == "READ"
+    assert config.authorization_function == "wellfed.track.store_access:authenticate"
+    assert config.auth_cache_ttl_seconds == store_access.AUTH_CACHE_S == 60

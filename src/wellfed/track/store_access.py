@@ -35,6 +35,8 @@ ROLES = {TEAM: [("experiment", "EDIT"), ("registered_model", "EDIT")],
 """Each role's grants, on every resource of the type ("*")."""
 ROLE_NOTES = {TEAM: "wellfed: logs runs and registers model versions",
               CHAMPION: "wellfed: also moves the protected aliases (@champion)"}
+AUTH_CACHE_S = 60
+"""How long a server worker trusts a login it checked (MLflow's auth_cache_ttl_seconds)."""
 USER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
 """A user name --add-user takes: it names the user's credentials file too."""
 
@@ -52,7 +54,11 @@ def prepare(folder: Path, protected: str = CHAMPION) -> dict:
     config["mlflow"] = {"default_permission": "READ",
                         "database_uri": f"sqlite:///{auth / 'users.db'}",
                         "admin_username": ADMIN,
-                        "authorization_function": f"{__name__}:authenticate"}
+                        "authorization_function": f"{__name__}:authenticate",
+                        # a login checked once a minute per server worker, not on every request:
+                        # each check is a scrypt hash (0.27 s of CPU here), and a run's logging
+                        # is hundreds of requests (docs/team.md#access: what it delays)
+                        "auth_cache_ttl_seconds": str(AUTH_CACHE_S)}
     with open(auth / "basic_auth.ini", "w") as out:
         config.write(out)
     return {"MLFLOW_AUTH_CONFIG_PATH": str(auth / "basic_auth.ini"),
