@@ -125,7 +125,7 @@ def test_readers_read_the_team_writes_and_only_the_champion_role_moves_champion(
 def test_the_preflight_says_a_missing_or_wrong_login_in_one_line(store, users, monkeypatch,
                                                                  tmp_path):
     """What the train stage checks first (preflight.check_stores): at once, one line each."""
-    from wellfed.train.preflight import check_stores
+    from wellfed.train.run.preflight import check_stores
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.mlflow/credentials
