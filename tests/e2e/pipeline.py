@@ -56,10 +56,22 @@ def tiny_project(dest: Path, tiny_model_dir: Path) -> Path:
     return dest
 
 
+def threads() -> int:
+    """This test's share of the cores: all of them run alone, cores / workers beside other
+    pytest-xdist workers (PYTEST_XDIST_WORKER_COUNT). Two workers' stages each on both of 2
+    cores spin torch's threads against each other: the GoEmotions run's 250 steps took 996 s
+    so, against ~1 min alone, and ran past its 20-minute deadline."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    return max(1, (os.cpu_count() or 1) // workers)
+
+
 def env() -> dict:
     out = dict(os.environ)
     out["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{out['PATH']}"
     out.update({"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"})
+    # torch's default threads in the stages that choose none (tokenize, evaluate, predict): the
+    # test's share of the cores (the train stage takes ray.cpus_per_worker)
+    out.setdefault("OMP_NUM_THREADS", str(threads()))
     for key in ("MLFLOW_TRACKING_URI", "RAY_ADDRESS", "DVC_EXP_NAME", "DVC_ROOT"):
         out.pop(key, None)
     return out

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from tests.conftest import SST2
-from tests.e2e.pipeline import make_project, mlflow_runs, run
+from tests.e2e.pipeline import make_project, mlflow_runs, run, threads
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e,
               pytest.mark.skipif(not (SST2 / "train.tsv").is_file(),
@@ -35,7 +35,7 @@ def test_minilm_on_20k_sst2_rows_clears_086_dev_accuracy(tmp_path):
               "model": {"name": "default", "init": "pretrained"},
               "train": {"epochs": 1, "lr": 1e-4, "global_batch_size": 32, "micro_batch_size": 32,
                         "eval_every": 0, "report_every": 50, "checkpoint_every": 1000},
-              "ray": {"num_workers": 1, "cpus_per_worker": 2}}
+              "ray": {"num_workers": 1, "cpus_per_worker": threads()}}
     make_project(tmp_path, params)
     (tmp_path / "data/raw/sst2-train.tsv").symlink_to(subset)
     (tmp_path / "data/raw/sst2-dev.tsv").symlink_to(SST2 / "dev.tsv")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import PROJECT
-from tests.e2e.pipeline import make_project, mlflow_runs, run
+from tests.e2e.pipeline import make_project, mlflow_runs, run, threads
 
 DATA = PROJECT.parent / "shared" / "data"
 SICK = DATA / "sick" / "SICK.txt"
@@ -53,7 +53,7 @@ def repro(project: Path) -> tuple[dict, dict, float]:
 
 
 PIPELINE = {"model": {"name": "default", "init": "pretrained"},
-            "ray": {"num_workers": 1, "cpus_per_worker": 2}}
+            "ray": {"num_workers": 1, "cpus_per_worker": threads()}}
 
 
 @pytest.mark.skipif(not SICK.is_file(), reason=f"SICK not found at {SICK}")
