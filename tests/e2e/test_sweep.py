@@ -48,8 +48,10 @@ def sweep(tmp_path_factory, tiny_model_dir):
         for seed in (1, 2, 3):
             run(["dvc", "exp", "run", "--queue", "-S", f"train.seed={seed}",
                  "-S", "mlflow.sweep=seeds"], dest)
+        # No pipes: the queue's workers outlive this command and would hold them open (it then
+        # returned only once the three trials had ended, past its 120 s on a loaded machine).
         subprocess.run(["dvc", "queue", "start", "-j", "3"], cwd=dest, env=cluster, check=True,
-                       capture_output=True, timeout=120)
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
         status = wait_for_queue(dest, cluster, timeout=900)
     finally:
         os.killpg(head.pid, signal.SIGTERM)
