@@ -18,10 +18,9 @@ import json
 import math
 import signal
 import time
+from pathlib import Path
 
 import numpy as np
-
-from pathlib import Path
 
 from wellfed.config import SearchConfig
 from wellfed.outputs import write_json
