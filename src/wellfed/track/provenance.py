@@ -22,8 +22,12 @@ SECRET_VALUE = re.compile(r"(hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|sk-[
 
 def scrub(params: dict[str, Any]) -> dict[str, Any]:
     """Never let a credential reach MLflow: drop secret-looking keys, redact secret-looking values."""
-    return {k: ("<redacted>" if SECRET_VALUE.search(str(v)) else v)
-            for k, v in params.items() if not SECRET_PATTERN.search(k)}
+    return {k: redact(v) for k, v in params.items() if not SECRET_PATTERN.search(k)}
+
+
+def redact(value: Any) -> Any:
+    """`value`, or `<redacted>` where it looks like it holds a secret (a password in a URI)."""
+    return "<redacted>" if SECRET_VALUE.search(str(value)) else value
 
 
 def git_tags(root: Path) -> dict[str, str]:

@@ -28,7 +28,7 @@ from typing import Any
 
 from wellfed import environ
 from wellfed.track import tracking
-from wellfed.track.provenance import scrub
+from wellfed.track.provenance import redact
 
 ARTIFACT = "run_details.json"
 
@@ -70,13 +70,8 @@ def update(uri: str, run_id: str, values: dict[str, Any]) -> dict:
 def scrub_all(details: dict) -> dict:
     """tracking's scrub on every value, sections included (a model source or storage URI with a
     password in it); keys are names wellfed chose, so only values are redacted here."""
-    out = {}
-    for key, value in details.items():
-        if isinstance(value, dict):
-            out[key] = {k: scrub({"_": v})["_"] for k, v in value.items()}
-        else:
-            out[key] = scrub({"_": value})["_"]
-    return out
+    return {key: ({k: redact(v) for k, v in value.items()} if isinstance(value, dict)
+                  else redact(value)) for key, value in details.items()}
 
 
 def log_derived(uri: str, run_id: str, derived: dict[str, Any],
