@@ -21,7 +21,9 @@ winner's 3 seeds (wellfed-compare's two-way bootstrap over seeds and rows, valid
   asha     (WELLFED_BENCH_SIDES=search,trainer,asha) the same search one trial at a time with
            ASHA (search.fuse false); `search` itself runs with search.fuse auto (fused where the
            space and the device allow: the line the search printed is kept).
-WELLFED_BENCH_SIDES picks and orders the sides (default search,grid,trainer).
+WELLFED_BENCH_SIDES picks and orders the sides (default search,grid,trainer);
+WELLFED_BENCH_FUSE sets the `search` side's search.fuse (default auto; true: fused even where
+auto measured one at a time faster, written to search_fuse-true.json).
 Targets (issue 34): search steps <= 35% of the grid's, wall <= 40%; the Trainer >= 1.5x the
 search's wall; median overhead <= 2 s; no chosen recipe better than the search's; equal
 learning.
@@ -56,6 +58,7 @@ from train_stage import HERE, commit, env
 NAME = "search"
 SMOKE = os.environ.get("WELLFED_BENCH_SMOKE") == "1"
 FACTOR = int(os.environ.get("WELLFED_BENCH_FACTOR", "3"))
+FUSE = os.environ.get("WELLFED_BENCH_FUSE", "auto")
 ROWS, TRIALS, MIN_STEPS, FULL, SEEDS = ((256, 4, 4, 16, [1, 2]) if SMOKE else
                                         (2048, 16, 16, 128, [1, 2, 3]))
 CONCURRENT = int(os.environ.get("WELLFED_BENCH_CONCURRENT", "2"))
@@ -204,7 +207,8 @@ def main() -> None:
         project = project_at(Path(tmp) / "project")
         sides = {}
         chosen = os.environ.get("WELLFED_BENCH_SIDES", "search,grid,trainer").split(",")
-        every = {"search": search_side, "asha": lambda p: search_side(p, "false"),
+        every = {"search": lambda p: search_side(p, FUSE),
+                 "asha": lambda p: search_side(p, "false"),
                  "grid": grid_side, "trainer": trainer_side}
         for name, side in ((n, every[n]) for n in chosen):
             print(f"[bench] {name} ...", flush=True)
@@ -249,7 +253,8 @@ def main() -> None:
     if SMOKE:
         print(json.dumps(figures, indent=1))
         return
-    harness.write_result(NAME if FACTOR == 3 else f"{NAME}_rf{FACTOR}", payload)
+    name = NAME if FACTOR == 3 else f"{NAME}_rf{FACTOR}"
+    harness.write_result(name if FUSE == "auto" else f"{name}_fuse-{FUSE}", payload)
     print(json.dumps(figures, indent=1))
 
 
