@@ -6,7 +6,7 @@ Parts (`python benchmarks/gpu_graphs.py [PART ...]`, default all, in this order)
   steps     ms per optimizer step at global batch 32 / 64 / 128 / 256 of SST-2 rows (BERT-base),
             graphed once every shape is captured vs eager; host syncs per graphed step (torch's
             sync debug mode) and kernel time vs wall (torch.profiler) at 32 and 256
-  accuracy  pretrained MiniLM with the recipe of tests/e2e/test_sst2.py (first 20,000 SST-2
+  accuracy  pretrained MiniLM, tests/e2e/test_sst2.py's recipe until 2026-11-29 (first 20,000 SST-2
             train rows, 1 epoch, batch 32, lr 1e-4): SST-2 dev accuracy, graphed (3 seeds) and
             eager (seed 42); the same recipe on this CPU through the pipeline: 0.8693
   table     real tokens/s vs the Trainer: BERT-base batch 32 on 20,000 rows (3 seeds a side,

@@ -153,7 +153,8 @@ come with the merge)."""
 E2E_EACH_ALONE = {"test_tasks_real"}
 """e2e modules whose tests share no fixture worth making once: each test is its own unit of
 work (three real-data runs of a few minutes, spread over the workers)."""
-E2E_LONGEST = ("test_team", "test_team_checks", "test_sst2", "test_tasks_real", "test_sweep")
+E2E_LONGEST = ("test_team", "test_team_checks", "test_cluster", "test_preemption",
+               "test_tasks_real", "test_sst2", "test_sweep")
 """The e2e modules that take longest (docs/development.md), started first so that the last
 minutes of the tier do not leave a worker idle beside one long run (make test: the workers
 take groups in this order, --no-loadscope-reorder)."""

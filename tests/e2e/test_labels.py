@@ -87,23 +87,3 @@ def test_the_readme_sweep_command_runs_as_written(project):
     assert len(lrs) == 20  # 160 rows / 16 per step x 2 epochs
     assert max(lrs) == pytest.approx(3e-05, rel=0.1)  # linear decay from the 3e-05 peak
 
-
-def test_queued_experiments_each_become_a_run_in_the_project_store(project):
-    """`dvc exp run --queue` runs each variant in a temporary copy of the project under
-    .dvc/tmp/exps, without git-ignored files such as mlflow.db: the runs must still land in the
-    project's own store, one per experiment, tagged with its name."""
-    dest, _ = project
-    _, before = mlflow_runs(dest)
-    for lr in ("3e-5", "1e-3"):
-        run(["dvc", "exp", "run", "--queue", "-S", f"train.lr={lr}"], dest)
-    proc = run(["dvc", "exp", "run", "--run-all"], dest, timeout=900)
-    assert proc.returncode == 0
-    _, runs = mlflow_runs(dest)
-    new = [r for r in runs if r.info.run_id not in {b.info.run_id for b in before}]
-    assert len(new) == 2, [r.info.run_name for r in runs]
-    assert all(r.info.status == "FINISHED" for r in new)
-    assert sorted(r.data.params["train.lr"] for r in new) == ["0.001", "3e-05"]
-    names = {r.data.tags.get("dvc.exp_name") for r in new}
-    assert len(names) == 2 and None not in names
-    assert {r.info.run_name for r in new} == names  # the runs table shows the experiment names
-    assert not list((dest / ".dvc" / "tmp").rglob("mlflow.db"))

@@ -142,7 +142,9 @@ def test_second_repro_does_nothing_and_an_experiment_is_a_new_run(project):
     dest, _ = project
     again = run(["dvc", "repro"], dest)
     assert "Data and pipelines are up to date" in again.stdout
-    exp = run(["dvc", "exp", "run", "-S", "train.lr=0.001", "-S", "train.epochs=1"], dest)
+    # one worker: trained in the stage's own process, no second Ray Train start (~40 s)
+    exp = run(["dvc", "exp", "run", "-S", "train.lr=0.001", "-S", "train.epochs=1",
+               "-S", "ray.num_workers=1"], dest)
     assert exp.returncode == 0
     client, runs = mlflow_runs(dest)
     assert len(runs) == 2

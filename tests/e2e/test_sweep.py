@@ -69,7 +69,7 @@ def wait_for_queue(project: Path, environ: dict, timeout: float) -> str:
                                 capture_output=True, text=True, timeout=120).stdout
         if not any(word in status for word in ("Queued", "Running")):
             return status
-        time.sleep(5)
+        time.sleep(10)  # each look is a dvc process (~1 s of CPU), taken from the trials
     raise AssertionError(f"the queue did not finish in {timeout} s")
 
 
@@ -107,6 +107,10 @@ def test_every_trial_is_complete_and_nested_under_the_sweep(sweep):
     assert len(parents) == 1 and parents[0].info.run_name == "sweep seeds"
     trials = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id]
     assert len(trials) == 3 and {r.data.params["train.seed"] for r in trials} == {"1", "2", "3"}
+    # Queued trials run in copies of the project under .dvc/tmp/exps, without git-ignored files
+    # such as mlflow.db: each still lands in the project's own store, named as its experiment.
+    assert not list((project / ".dvc" / "tmp").rglob("mlflow.db"))
+    assert all(r.info.run_name == r.data.tags["dvc.exp_name"] for r in trials)
     for trial in trials:
         assert trial.info.status == "FINISHED"
         assert sorted(trial.data.metrics) == sorted(solo.data.metrics)  # nothing lost
