@@ -81,6 +81,25 @@ def test_the_alias_holders_run_is_tagged_and_the_tag_follows_the_alias(store):
     assert client.get_run(run_of[v2]).data.tags[registry.ALIAS_TAG] == "@champion @staging"
 
 
+def test_a_tag_another_evaluate_removed_first_is_not_an_error(store, monkeypatch):
+    """Two trials' evaluate stages finishing together both untag the run the alias left: the
+    second finds the tag gone (MLflow: RESOURCE_DOES_NOT_EXIST), which is what it wanted."""
+    uri, client, version = store
+    v1, v2 = version(), version()
+    run_of = {v: client.get_model_version(NAME, v).run_id for v in (v1, v2)}
+    champion.promote(uri, NAME, v1, ALIAS, METRIC, 0.80, SPLIT, "test")
+    registry.mark_aliases(uri)
+    client.set_registered_model_alias(NAME, ALIAS, v2)
+    delete = mlflow.MlflowClient.delete_tag
+
+    def raced(self, run_id, key):  # the other stage removes it between the search and here
+        delete(self, run_id, key)
+        return delete(self, run_id, key)
+
+    monkeypatch.setattr(mlflow.MlflowClient, "delete_tag", raced)
+    assert registry.mark_aliases(uri) == {run_of[v2]: "@champion"}
+    assert registry.ALIAS_TAG not in client.get_run(run_of[v1]).data.tags
+
 def test_a_rerun_after_a_kill_just_after_registering_leaves_one_version_per_run(
         tmp_path, tiny_model_dir):
     """The train stage killed right after registering (an attempt that logged and registered),

@@ -134,10 +134,23 @@ def mark_aliases(uri: str) -> dict[str, str]:
     ids = [e.experiment_id for e in client.search_experiments()]
     for run in client.search_runs(ids, f"tags.`{ALIAS_TAG}` LIKE '@%'", max_results=1000):
         if run.info.run_id not in marks:
-            client.delete_tag(run.info.run_id, ALIAS_TAG)
+            untag(client, run.info.run_id)
     for run_id, mark in marks.items():
         client.set_tag(run_id, ALIAS_TAG, mark)
     return marks
+
+
+def untag(client, run_id: str) -> None:
+    """Remove ALIAS_TAG from a run; already gone is done: the evaluate stages of a sweep's
+    trials, finishing together, each untag the run the alias left (one of three queued trials
+    failed so, `No tag with name: wellfed.alias`, in the e2e sweep of 2026-11-29)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.delete_tag(run_id, ALIAS_TAG)
+    except MlflowException as err:
+        if err.error_code != "RESOURCE_DOES_NOT_EXIST":
+            raise
 
 
 def local_files(uri: str, model_id: str | None):
