@@ -15,6 +15,9 @@ export DO_NOT_TRACK ?= 1
 export MLFLOW_DISABLE_TELEMETRY ?= true
 export RAY_USAGE_STATS_ENABLED ?= 0
 export HF_HUB_DISABLE_TELEMETRY ?= 1
+# MLflow's server runs no job of ours: without its job runner `make ui` and `make team-store`
+# start 8 fewer processes (benchmarks/results/server_jobs.json; scripts/team_store.py JOBS)
+export MLFLOW_SERVER_ENABLE_JOB_EXECUTION ?= false
 
 .PHONY: install run test test-fast ui team-store bench clean
 install: $(VENV)/.installed .dvc/tmp/plots.html

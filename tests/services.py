@@ -28,7 +28,8 @@ def mlflow_served(command: str, args: list[str], cwd: Path, env: dict, patience:
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "mlflow", command, *args, "--host", "127.0.0.1", "--port", str(port)],
-        cwd=cwd, env={**env, "MLFLOW_DISABLE_TELEMETRY": "true"}, start_new_session=True,
+        cwd=cwd, env={"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **env,  # as `make ui`
+                      "MLFLOW_DISABLE_TELEMETRY": "true"}, start_new_session=True,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     try:

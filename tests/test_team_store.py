@@ -97,3 +97,35 @@ def test_a_user_name_that_would_leave_the_credentials_folder_is_refused(ts, tmp_
         "error: --add-user '../../etc/x': a user name is 1 to 64 letters, digits and . _ @ -, "
         "starting with a letter or digit; choose one such\n")
     assert list(tmp_path.iterdir()) == []
+
+
+class Started(Exception):
+    """Raised by the Popen stand-in: what start_server would have run is in `env`."""
+
+    def __init__(self, env):
+        self.env = env
+
+
+@pytest.mark.parametrize("user, runs", [(None, "false"), ("true", "true")])
+def test_the_server_starts_without_mlflows_job_runner_unless_the_user_asks(ts, tmp_path,
+                                                                          monkeypatch, user, runs):
+    real = subprocess.Popen
+
+    def popen(cmd, **kwargs):  # the server's start only (an import may start a process)
+        if cmd[1:4] == ["-m", "mlflow", "server"]:
+            raise Started(kwargs["env"])
+        return real(cmd, **kwargs)
+
+    if user is None:
+        monkeypatch.delenv(ts.JOBS, raising=False)
+    else:
+        monkeypatch.setenv(ts.JOBS, user)
+    monkeypatch.setattr(ts.subprocess, "Popen", popen)
+    with pytest.raises(Started) as started:
+        ts.start_server("sqlite:///x.db", tmp_path / "a", "127.0.0.1", 1)
+    assert started.value.env[ts.JOBS] == runs
+
+
+def test_make_ui_and_make_team_store_start_mlflow_without_its_job_runner(ts):
+    makefile = (SCRIPT.parents[1] / "Makefile").read_text()
+    assert f"\nexport {ts.JOBS} ?= false\n" in makefile

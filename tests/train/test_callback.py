@@ -24,7 +24,8 @@ def start_server(db: Path, port: int) -> subprocess.Popen:
                              "--default-artifact-root", str(db.parent / "artifacts"),
                              "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+                            start_new_session=True,  # no job runner, as `make ui`
+                            env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
     deadline = time.time() + 90
     while time.time() < deadline:
         with socket.socket() as s:
