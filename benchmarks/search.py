@@ -23,7 +23,8 @@ winner's 3 seeds (wellfed-compare's two-way bootstrap over seeds and rows, valid
            space and the device allow: the line the search printed is kept).
 WELLFED_BENCH_SIDES picks and orders the sides (default search,grid,trainer);
 WELLFED_BENCH_FUSE sets the `search` side's search.fuse (default auto; true: fused even where
-auto measured one at a time faster, written to search_fuse-true.json).
+auto measured one at a time faster, written to search_fuse-true.json); WELLFED_BENCH_NAME names
+the result file instead (e.g. search_fused-vs-asha for SIDES=search,asha and FUSE=true).
 Targets (issue 34): search steps <= 35% of the grid's, wall <= 40%; the Trainer >= 1.5x the
 search's wall; median overhead <= 2 s; no chosen recipe better than the search's; equal
 learning.
@@ -254,7 +255,8 @@ def main() -> None:
         print(json.dumps(figures, indent=1))
         return
     name = NAME if FACTOR == 3 else f"{NAME}_rf{FACTOR}"
-    harness.write_result(name if FUSE == "auto" else f"{name}_fuse-{FUSE}", payload)
+    name = name if FUSE == "auto" else f"{name}_fuse-{FUSE}"
+    harness.write_result(os.environ.get("WELLFED_BENCH_NAME", name), payload)
     print(json.dumps(figures, indent=1))
 
 
