@@ -87,10 +87,19 @@ def test_ray_tunes_warnings_go_to_the_search_log_and_errors_also_to_the_console(
         slow.warning("The `process_trial_result` operation took 0.612 s, which may be a "
                      "performance bottleneck.")
         logging.getLogger("ray.tune.execution.tune_controller").error("Trial x errored")
+        try:
+            raise FileNotFoundError("Failed to open local file 'searcher-state-tmp'")
+        except FileNotFoundError:
+            logging.getLogger("ray.tune.execution.experiment_state").exception(
+                "Saving experiment state to storage failed with exception: ")
         err = capsys.readouterr().err
         assert "performance bottleneck" not in err and "Trial x errored" in err
+        assert "Traceback" not in err and err.splitlines()[-1] == (
+            "ERROR ray.tune.execution.experiment_state: Saving experiment state to storage "
+            f"failed with exception: (the traceback: {path})")
         text = path.read_text()
         assert text.count("performance bottleneck") == 1 and "Trial x errored" in text
+        assert "Traceback" in text and "searcher-state-tmp" in text
     finally:
         for h in tune.handlers[:]:
             if h not in before[0]:

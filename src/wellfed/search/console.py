@@ -52,8 +52,23 @@ def resumed(folder: Path, search_total: int, proof_total: int) -> str | None:
     return said
 
 
+class OneLine(logging.Formatter):
+    """A Ray Tune error on the console as one line, its traceback left to the search's log (a
+    SIGTERM that met Tune syncing its state printed a 30-line pyarrow traceback there)."""
+
+    def __init__(self, log: Path):
+        super().__init__()
+        self.log = log
+
+    def format(self, record: logging.LogRecord) -> str:
+        first = record.getMessage().strip().splitlines()[:1]
+        more = f" (the traceback: {self.log})" if record.exc_info or record.exc_text else ""
+        return f"{record.levelname} {record.name}: {first[0] if first else ''}{more}"
+
+
 def ray_tune_to_log(folder: Path) -> Path:
-    """Ray Tune's log lines into `folder/search.log`, off the console; its errors on both.
+    """Ray Tune's log lines into `folder/search.log`, off the console; its errors on both,
+    one line each on the console (OneLine).
     Called again (a second search in one process), it replaces the handlers it added."""
     from wellfed.cli import StderrHandler
 
@@ -66,7 +81,7 @@ def ray_tune_to_log(folder: Path) -> Path:
     to_file.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     errors = StderrHandler()
     errors.setLevel(logging.ERROR)
-    errors.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    errors.setFormatter(OneLine(path))
     for handler in (to_file, errors):
         handler.wellfed_search = True
         tune.addHandler(handler)
