@@ -4,10 +4,10 @@ MLFLOW_SERVER_ENABLE_JOB_EXECUTION true (MLflow's default) against false (what t
 
 MLflow 3's server starts a job runner beside its workers: a process per job kind (GenAI scorers,
 prompt optimisation and the like) plus a periodic-tasks consumer. wellfed logs no such job. Each
-side starts the server as `make team-store` does (2 workers here, a sqlite backend so that
-PostgreSQL's own start is not in the figure), waits for /health, lets it idle SETTLE_S seconds,
-then counts its process tree: processes, CPU seconds (user + system) and resident memory. The
-sides alternate A B A B, ROUNDS times (this 2-core machine is shared and drifts).
+side starts plain `mlflow server` (2 workers, a sqlite backend so that PostgreSQL's own start is
+not in the figure, no logins), waits for /health, lets it idle SETTLE_S seconds, then counts its
+process tree: processes, CPU seconds (user + system) and resident memory. The sides alternate
+A B A B, ROUNDS times (this 2-core machine is shared and drifts).
 
     python benchmarks/server_jobs.py            # -> benchmarks/results/server_jobs.json
 """
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -28,20 +27,16 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness import machine, write_result  # noqa: E402
+from tests.services import free_port  # noqa: E402
 
 ROUNDS = 3
 SETTLE_S = 30
 """Seconds the started server idles before it is counted: its job runner's consumers start after
 /health answers."""
 WORKERS = 2
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def one(jobs: str) -> dict:

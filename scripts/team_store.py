@@ -127,9 +127,9 @@ def start_server(backend: str, artifacts: Path, host: str, port: int, workers: i
          "--allowed-hosts", ",".join(allowed_hosts(host)),
          *(["--app-name", "basic-auth"] if auth else [])],
         stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        env={**os.environ, **(env or {}), "PYTHONPATH": path,  # the auth function's module
-             "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "1",
-             JOBS: os.environ.get(JOBS, "false")})
+        env={JOBS: "false", **os.environ, **(env or {}),  # a user's or caller's JOBS wins
+             "PYTHONPATH": path,  # the auth function's module
+             "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "1"})
     url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}/health"
     deadline = time.time() + timeout
     while time.time() < deadline:
