@@ -1,9 +1,9 @@
-"""wellfed-search as a user runs it, on the tiny model: stopped by SIGTERM after two trials,
-resumed and killed outright (SIGKILL) two trials later, resumed again to the final check and
-the winner's `dvc exp run`, one trial at a time with ASHA (search.fuse false; the fused search:
-tests/e2e/test_search_fused.py). Checks the story MLflow
-tells (one parent, a child per trial, ASHA's stops with their reasons), that no finished trial
-trains twice, and that the winner's pipeline run learns what its warm trial learned."""
+"""wellfed-search as a user runs it, on the tiny model: stopped by Ctrl-C (SIGINT) after two
+trials, resumed and killed outright (SIGKILL) two trials later, resumed again to the final check
+and the winner's `dvc exp run`, one trial at a time with ASHA (search.fuse false; the fused
+search: tests/e2e/test_search_fused.py). Checks the story MLflow tells (one parent, a child per
+trial, ASHA's stops with their reasons), that no finished trial trains twice, and that the
+winner's pipeline run learns what its warm trial learned."""
 
 from __future__ import annotations
 
@@ -69,9 +69,10 @@ def ledger(project: Path) -> dict[str, dict]:
 
 def test_a_search_stopped_then_killed_resumes_proves_its_winner_and_runs_it(project):
     searched = yaml.safe_load((project / "params.yaml").read_text())["search"]
-    code, out = search(project, *OPTIONS, stop_after=2)
-    assert code == 143, out[-3000:]
-    assert "stopped by SIGTERM: finished trials are kept" in out
+    # Ctrl-C (the SIGTERM to a search's group: test_search_faults)
+    code, out = search(project, *OPTIONS, stop_after=2, how=signal.SIGINT)
+    assert code == 130, out[-3000:]
+    assert "stopped by Ctrl-C (SIGINT): finished trials are kept" in out
     before = {t: e for t, e in ledger(project).items() if e["phase"] == "search"}
     assert len(before) >= 2
     client, runs = mlflow_runs(project)

@@ -106,6 +106,20 @@ def test_a_state_cut_short_is_named_and_set_aside_in_one_line(phase, capsys):
     assert (phase.parent / "tune-search.damaged-2" / state.name).is_file()
 
 
+def test_an_empty_or_missing_state_file_is_a_fault_as_a_cut_one_is(phase):
+    """A full disk can leave a file Ray's syncer opened with no byte in it, or no
+    experiment_state at all beside tuner.pkl: both would restore a phase Tune then restarts."""
+    saved_like_tune(phase)
+    searcher = phase / "searcher-state-2026-11-28_10-00-00.pkl"
+    searcher.write_bytes(b"")
+    assert tune_state.fault(phase) == ("searcher-state-2026-11-28_10-00-00.pkl is empty (cut "
+                                       "short before its first byte)")
+    saved_like_tune(phase)
+    (phase / "experiment_state-2026-11-28_10-00-00.json").unlink()
+    assert tune_state.fault(phase) == ("it has tuner.pkl but no experiment_state-*.json "
+                                       "(never copied whole)")
+
+
 def test_a_phase_that_is_not_restored_never_reads_its_old_state(phase, tmp_path, capsys):
     marker = tmp_path / "PWNED"
     (phase / "tuner.pkl").write_bytes(pickle.dumps(Planted(marker)))

@@ -155,11 +155,21 @@ def _fallbacks(value, found: list[bytes]) -> None:
 
 def fault(phase_dir: Path) -> str | None:
     """Why Ray Tune's saved state in `phase_dir` must not be restored (one clause naming the
-    file), or None when every file in it is whole and holds only what a search's state holds."""
-    for path in sorted(p for p in phase_dir.iterdir() if p.is_file()):
+    file), or None when every file in it is whole and holds only what a search's state holds.
+    Tune restores a phase from its newest `experiment_state-*.json`: without one (a disk that
+    filled before Ray's syncer copied it) its `Tuner.restore` succeeds, then its controller
+    fails to read the run's state and starts the phase again on the restored searcher, which
+    ends it short of its trials."""
+    files = sorted(p for p in phase_dir.iterdir() if p.is_file())
+    if (phase_dir / "tuner.pkl").is_file() and not any(
+            p.name.startswith("experiment_state-") for p in files):
+        return "it has tuner.pkl but no experiment_state-*.json (never copied whole)"
+    for path in files:
         data = path.read_bytes()
         if not data:
-            continue  # Tune's empty markers (.validate_storage_marker)
+            if path.name.startswith("."):
+                continue  # Tune's empty markers (.validate_storage_marker)
+            return f"{path.name} is empty (cut short before its first byte)"
         if data[:1] == b"\x80":  # a pickle, whatever its name (search_gen_state-*.json is one)
             why = pickle_fault(data)
             if why:

@@ -9,9 +9,11 @@ trains none of them again. Before a resume that state is checked like a checkpoi
 (search/tune_state.py) and set aside when cut short or refused; the final check's grid is
 never restored (it starts afresh, its finished trials handed back by their config).
 
-Signals: Ray Tune stops gracefully on SIGINT (Ctrl-C) and SIGUSR1, saving its state; SIGTERM
-(SLURM, a spot VM's notice) is turned into SIGUSR1 here, so every polite signal stops the same
-way, and the command says how to resume. A second signal stops at once (Tune's own handler).
+Signals: Ray Tune stops gracefully on SIGUSR1, saving its state; SIGINT (Ctrl-C) and SIGTERM
+(SLURM, a spot VM's notice) are turned into SIGUSR1 here, so every polite signal stops the same
+way, and the command says how to resume. A second signal stops at once (KeyboardInterrupt).
+A phase that ends short of its trials with no signal (Tune restored its state, then failed to
+resume it) has that state set aside and runs once more from nothing.
 """
 
 from __future__ import annotations
@@ -47,6 +49,9 @@ def environment() -> None:
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     os.environ.setdefault("TUNE_MAX_PENDING_TRIALS_PG", "1")
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    # Ctrl-C is caught by run_phase, as SIGTERM is, so that it knows a stop from a phase that
+    # ended short for another reason; Tune's SIGUSR1 handler does the graceful stop.
+    os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
     # A failed trial is said in one line by the search (search/tune_callback.py), not in Ray
     # Tune's 17-line traceback: that stays in the trial's error file.
     os.environ.setdefault("TUNE_PRINT_ALL_TRIAL_ERRORS", "0")
@@ -117,40 +122,50 @@ def run_phase(name: str, folder: Path, trainable, need: dict, callback, *,
     fn = tune.with_resources(trainable, need)
     path = folder.resolve() / name
     checked(path, restore)
-    tuner = None
-    if restore and tune.Tuner.can_restore(str(path)):
-        try:
-            tuner = tune.Tuner.restore(str(path), trainable=fn, resume_unfinished=True,
-                                       resume_errored=False, restart_errored=True)
-        except Exception as err:  # whole and allowed, yet not Tune's (another Ray's, say)
-            from wellfed.cli import one_line
-
-            set_aside(path, f"Ray Tune could not restore it: {one_line(str(err))}")
-    if tuner is None:
-        tuner = tune.Tuner(
-            fn, param_space=param_space or {},
-            tune_config=tune.TuneConfig(
-                search_alg=searcher, scheduler=scheduler, metric=metric, mode=mode,
-                num_samples=samples, max_concurrent_trials=concurrent or None,
-                reuse_actors=True),
-            run_config=tune.RunConfig(name=name, storage_path=str(folder.resolve()),
-                                      callbacks=[callback], verbose=0,
-                                      failure_config=tune.FailureConfig(max_failures=1)))
     received: list[int] = []
 
-    def polite(signum, frame):  # SIGTERM -> Tune's graceful stop, as Ctrl-C
+    def polite(signum, frame):  # SIGINT, SIGTERM -> Tune's graceful stop (its SIGUSR1)
+        if received:  # the second: at once
+            raise KeyboardInterrupt
         received.append(signum)
         os.kill(os.getpid(), signal.SIGUSR1)
 
-    previous = {s: signal.signal(s, polite) for s in (signal.SIGTERM,)}
+    previous = {s: signal.signal(s, polite) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        grid = tuner.fit()
+        for _ in range(2):
+            tuner = restored = None
+            if restore and tune.Tuner.can_restore(str(path)):
+                try:
+                    tuner = tune.Tuner.restore(str(path), trainable=fn, resume_unfinished=True,
+                                               resume_errored=False, restart_errored=True)
+                    restored = True
+                except Exception as err:  # whole and allowed, yet not Tune's (another Ray's)
+                    from wellfed.cli import one_line
+
+                    set_aside(path, f"Ray Tune could not restore it: {one_line(str(err))}")
+            if tuner is None:
+                tuner = tune.Tuner(
+                    fn, param_space=param_space or {},
+                    tune_config=tune.TuneConfig(
+                        search_alg=searcher, scheduler=scheduler, metric=metric, mode=mode,
+                        num_samples=samples, max_concurrent_trials=concurrent or None,
+                        reuse_actors=True),
+                    run_config=tune.RunConfig(name=name, storage_path=str(folder.resolve()),
+                                              callbacks=[callback], verbose=0,
+                                              failure_config=tune.FailureConfig(max_failures=1)))
+            grid = tuner.fit()
+            from wellfed.cli import one_line
+
+            errors = [one_line(str(r.error)) for r in grid if r.error]
+            ended = done() + len(errors) >= expected
+            if ended or received or not restored or not path.is_dir():
+                break
+            # Short of its trials with no signal: Tune failed to read the restored run's state
+            # (its "Failed to restore the run state", logged in search.log) and ran its
+            # restored searcher out. Once more from nothing, the finished trials handed back.
+            set_aside(path, "Ray Tune restored it but could not resume its trials")
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-    from wellfed.cli import one_line
-
-    errors = [one_line(str(r.error)) for r in grid if r.error]
-    ended = done() + len(errors) >= expected
     stopped = None if ended else (received[0] if received else signal.SIGINT)
     return Phase(name, stopped, errors)
