@@ -24,9 +24,10 @@ from wellfed.train.checkpoints.preemption import DUPLICATE_S
 
 STEPS = 2 * 38  # 600 rows / global batch 16 = 38 steps per epoch, 2 epochs
 REPORT_EVERY = 5
-STOPPED = re.compile(r"^\[wellfed\] stopped by (SIGTERM|Ctrl-C \(SIGINT\)) at step (\d+) of 76, "
-                     r"checkpoint saved; rerun `dvc repro` \(or resubmit the same sbatch job\) to "
-                     r"resume from step (\d+)$")
+SHORT = 40  # max_steps where a test's rerun trains one row per micro-batch (16 per step)
+STOPPED = re.compile(r"^\[wellfed\] stopped by (SIGTERM|Ctrl-C \(SIGINT\)) at step (\d+) of "
+                     r"(\d+), checkpoint saved; rerun `dvc repro` \(or resubmit the same sbatch "
+                     r"job\) to resume from step (\d+)$")
 
 
 @pytest.fixture(scope="module")
@@ -97,11 +98,12 @@ def group(pgid: int) -> list[str]:
     return alive
 
 
-def stopped_line(out: str, signame: str) -> int:
+def stopped_line(out: str, signame: str, steps: int = STEPS) -> int:
     lines = [line for line in out.splitlines() if line.startswith("[wellfed] stopped")]
     assert len(lines) == 1, out[-4000:]
     match = STOPPED.match(lines[0])
-    assert match and match[1] == signame and match[2] == match[3], lines[0]
+    assert match and match[1] == signame and match[2] == match[4], lines[0]
+    assert int(match[3]) == steps, lines[0]
     return int(match[2])
 
 
@@ -149,12 +151,12 @@ def checkpointed_step(project: Path) -> int:
     return json.loads((dirs[0] / "train_state.json").read_text())["step"]
 
 
-def resumed(out: str) -> tuple[str, int]:
+def resumed(out: str, total: int = STEPS) -> tuple[str, int]:
     """The driver's `resuming interrupted run` line, and the step rank 0 says it resumes from."""
     lines = [line for line in out.splitlines() if "[wellfed] resuming interrupted run" in line]
     steps = [line for line in out.splitlines() if "[wellfed] resuming from step " in line]
     assert len(lines) == 1 and len(steps) == 1, out[-4000:]
-    assert f" of {STEPS} " in steps[0], steps[0]
+    assert f" of {total} " in steps[0], steps[0]
     return lines[0], int(steps[0].split("resuming from step ")[1].split()[0])
 
 
@@ -245,8 +247,10 @@ def test_one_sigterm_to_the_group_finishes_the_step_though_dvc_dies_of_it(base, 
     stage exits 143 with the documented line, the MLflow run is KILLED, and the rerun resumes
     from that step into the same run. (The watchdog used to send a second SIGTERM, read as
     "stop at once": the steps were lost and the MLflow run left RUNNING.)"""
-    # One row per micro-batch: a step takes long enough for dvc's death to be seen during it.
-    project = fresh(base, tmp_path, ray={"num_workers": workers}, train={"micro_batch_size": 1})
+    # One row per micro-batch: a step takes long enough for dvc's death to be seen during it;
+    # SHORT steps: the rerun's steps at one row each took 2 of this test's 3 minutes on Ray.
+    project = fresh(base, tmp_path, ray={"num_workers": workers},
+                    train={"micro_batch_size": 1, "max_steps": SHORT})
     codes = tmp_path / "codes.json"
     proc = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(codes), "dvc", "repro"],
                             cwd=project, env=env(), stdout=subprocess.PIPE,
@@ -266,11 +270,11 @@ def test_one_sigterm_to_the_group_finishes_the_step_though_dvc_dies_of_it(base, 
     assert stage is not None, out[-3000:]
     exits = {int(pid): code for pid, code in json.loads(codes.read_text()).items()}
     assert exits[dvc] == -signal.SIGTERM and exits[stage.pid] == 143, (exits, out[-3000:])
-    step = stopped_line(out, "SIGTERM")
+    step = stopped_line(out, "SIGTERM", SHORT)
     gone = [line for line in out.splitlines() if f"[wellfed] dvc (pid {dvc}) is gone" in line]
     # In process the stop can be over before the watchdog's next look (1 s): then no line.
     assert len(gone) <= 1 and all("the same request" in g for g in gone), out[-3000:]
-    assert shown <= step < STEPS
+    assert shown <= step < SHORT
     assert checkpointed_step(project) == step  # the step under way, not a periodic one
     _, runs = mlflow_runs(project)
     assert len(runs) == 1 and runs[0].info.status == "KILLED"
@@ -283,9 +287,9 @@ def test_one_sigterm_to_the_group_finishes_the_step_though_dvc_dies_of_it(base, 
                                         "[wellfed] stopped"))))
 
     again = run(["dvc", "repro", "train"], project, timeout=600)
-    _, resumed_at = resumed(again.stdout + again.stderr)
+    _, resumed_at = resumed(again.stdout + again.stderr, SHORT)
     assert resumed_at == step
-    assert logged_steps(project) == list(range(1, STEPS + 1))  # once each: nothing redone
+    assert logged_steps(project) == list(range(1, SHORT + 1))  # once each: nothing redone
     _, after = mlflow_runs(project)
     assert [r.info.run_id for r in after] == [runs[0].info.run_id]
     assert after[0].info.status == "FINISHED"

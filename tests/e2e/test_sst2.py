@@ -18,14 +18,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.e2e,
                                  reason=f"SST-2 not found at {SST2}")]
 
 
-ROWS = 10000  # of 67,349: 126 s of training here beside another test (20k rows: ~430 s)
+ROWS = 5000  # of 67,349
 
 
-def test_minilm_on_10k_sst2_rows_clears_083_dev_accuracy(tmp_path):
-    """The first 10,000 train rows (make test has 30 minutes for everything; 20,000 rows took
-    7.5 of them on one of its two workers). 10k rows reached dev accuracy 0.8475 (2026-11-29;
-    20k rows 0.8693, the whole split 0.8945). Floor 0.83: 1.5 points of seed noise below what
-    10k rows reached, far above a model that learned nothing (the majority class: 0.509)."""
+def test_minilm_on_5k_sst2_rows_clears_080_dev_accuracy(tmp_path):
+    """The first 5,000 train rows (make test has 30 minutes for everything). 5k rows reached dev
+    accuracy 0.8291 in 79 s of training (2026-11-29; 10k rows 0.8475 in twice the time, 20k
+    0.8693, the whole split 0.8945). Floor 0.80: about 3 points of seed noise below what 5k rows
+    reached, far above a model that learned nothing (the majority class: 0.509)."""
     lines = (SST2 / "train.tsv").read_text(encoding="utf-8").splitlines(True)
     subset = tmp_path.parent / f"{tmp_path.name}-sst2-train.tsv"
     subset.write_text("".join(lines[:ROWS + 1]), encoding="utf-8")
@@ -51,6 +51,6 @@ def test_minilm_on_10k_sst2_rows_clears_083_dev_accuracy(tmp_path):
           f"(padding efficiency {train['train/padding_efficiency']:.3f}); whole repro {seconds:.0f} s")
     assert metrics["split"] == "validation" and metrics["rows"] == 872
     assert train["train/rows"] == ROWS
-    assert metrics["accuracy"] >= 0.83
+    assert metrics["accuracy"] >= 0.80
     _, runs = mlflow_runs(tmp_path)
     assert runs[0].data.metrics["eval/accuracy"] == pytest.approx(metrics["accuracy"])

@@ -1,6 +1,6 @@
 """The team store, for real: PostgreSQL and an MLflow server that proxies the artifacts
 (tests/e2e/teamstore.py: what `make team-store` starts), a Ray cluster of two raylets
-(tests/e2e/raycluster.py), and a sweep of 8 queued `dvc exp run` trials that Ray places on both
+(tests/e2e/raycluster.py), and a sweep of 6 queued `dvc exp run` trials that Ray places on both
 nodes, every trial reporting into the server. Faults during the sweep, each with nothing lost:
 the second node killed mid-trial (the trial goes on on the head from its checkpoint, into the
 same MLflow run; then a replacement node joins), the MLflow server restarted, PostgreSQL
@@ -25,7 +25,7 @@ from wellfed import environ
 
 pytestmark = pytest.mark.e2e
 SWEEP = "team"
-RECIPES, SEEDS = ("2e-3", "5e-3"), (1, 2, 3, 4)
+RECIPES, SEEDS = ("2e-3", "5e-3"), (1, 2, 3)
 STEPS = 4 * 19  # 4 epochs of 300 rows at a global batch of 16: ~6 s per trial here
 
 
@@ -113,7 +113,7 @@ def inject_faults(project: Path, store, cluster) -> dict:
 @pytest.fixture(scope="module")
 def sweep(store, tokenized):
     project = tokenized
-    # DVC's grid syntax (Hydra): 2 learning rates x 4 seeds = 8 queued trials, one sweep.
+    # DVC's grid syntax (Hydra): 2 learning rates x 3 seeds = 6 queued trials, one sweep.
     run(["dvc", "exp", "run", "--queue", "-S", f"mlflow.sweep={SWEEP}",
          "-S", f"train.lr={','.join(RECIPES)}", "-S", f"train.seed=range(1,{len(SEEDS) + 1})"],
         project)
