@@ -197,8 +197,8 @@ def test_a_stage_run_by_hand_outlives_a_parent_that_exits(tmp_path):
 # ray_train.fit_on_ray starts Ray, prints both pids, then waits to be killed.
 DRIVER = textwrap.dedent("""
     import os, subprocess, sys, time
-    from wellfed.train.checkpoints import preemption
-    with preemption.daemons_apart(local=True):
+    from wellfed.train.checkpoints import daemons
+    with daemons.daemons_apart(local=True):
         daemon = subprocess.Popen(["sleep", "300"])
     print(os.getpid(), daemon.pid, flush=True)
     time.sleep(300)
@@ -207,7 +207,7 @@ DRIVER = textwrap.dedent("""
 
 @pytest.mark.parametrize("own_session", [False, True], ids=["in-dvc's-group", "session-leader"])
 def test_a_driver_killed_outright_takes_its_daemons_group_with_it(tmp_path, own_session):
-    """preemption.daemons_apart's reaper: SIGKILL runs no cleanup in the driver, and Ray's
+    """daemons.daemons_apart's reaper: SIGKILL runs no cleanup in the driver, and Ray's
     agents outlived it by 1.5 to 3 minutes; the reaper, in the daemons' group, ends the group
     within a poll of the driver's death, whether the driver could leave its group or led it."""
     env = {**os.environ, "PYTHONPATH": str(PROJECT / "src")}

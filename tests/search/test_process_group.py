@@ -1,6 +1,6 @@
 """A search (or a stage) started straight from an interactive shell leads its process group,
 and the documented stop signals that group: local Ray's daemons must be outside it
-(preemption.daemons_apart), or the signal kills them before the search can stop politely. A
+(daemons.daemons_apart), or the signal kills them before the search can stop politely. A
 driver killed outright still takes them with it (the reaper, in their group)."""
 
 from __future__ import annotations
@@ -24,16 +24,16 @@ if sys.argv[1] == 'shell':
     os.setsid()
     job = subprocess.Popen([sys.executable, '-c', sys.argv[2], 'job'], process_group=0)
     sys.exit(job.wait())
-from wellfed.train.checkpoints import preemption
+from wellfed.train.checkpoints import daemons
 assert os.getpgrp() == os.getpid() != os.getsid(0)
-with preemption.daemons_apart(local=True):
+with daemons.daemons_apart(local=True):
     daemon = subprocess.Popen(['sleep', '300'])
 def stop(signum, frame):
     time.sleep(0.5)
     print('daemon', 'runs' if daemon.poll() is None else 'died', flush=True)
     sys.exit(0)
 signal.signal(signal.SIGTERM, stop)
-print(os.getpid(), os.getpgrp(), daemon.pid, os.getpgid(daemon.pid), preemption._daemon_group,
+print(os.getpid(), os.getpgrp(), daemon.pid, os.getpgid(daemon.pid), daemons._daemon_group,
       flush=True)
 time.sleep(300)
 """

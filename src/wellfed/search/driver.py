@@ -75,7 +75,7 @@ def run(search_cfg: SearchConfig, train_cfg: TrainConfig, model_cfg: ModelConfig
 
     from wellfed.cluster import connect, local_token_auth
     from wellfed.track.tracking import local_store, tracking_uri
-    from wellfed.train.checkpoints import preemption
+    from wellfed.train.checkpoints import daemons
 
     p = plan(search_cfg, train_cfg, model_cfg, tokens, meta, root)
     p.folder.mkdir(parents=True, exist_ok=True)
@@ -96,7 +96,7 @@ def run(search_cfg: SearchConfig, train_cfg: TrainConfig, model_cfg: ModelConfig
                                           "full_steps": p.full, "rungs": list(p.rungs)})
     tuning.environment()
     local_token_auth(ray_cfg)
-    with preemption.daemons_apart(local=local):
+    with daemons.daemons_apart(local=local):
         connect(ray_cfg)
     import ray
 

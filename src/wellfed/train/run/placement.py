@@ -17,7 +17,7 @@ from typing import Callable
 from wellfed.cluster import cluster_address, connect
 from wellfed.errors import StageError
 from wellfed.track import tracking
-from wellfed.train.checkpoints import preemption
+from wellfed.train.checkpoints import daemons, preemption
 from wellfed.train.run import lost_node
 from wellfed.train.run.mlflow_run import (derived_tags, marked_failed, marked_killed,
                                           marked_killed_on_stop)
@@ -117,7 +117,7 @@ def fit_placed(job, run, store, resume, ray_cfg, tokens_dir, opened, uri: str, c
     SIGTERM/Ctrl-C like a Ray Train run (the run's StopFlag actor)."""
     import ray
 
-    with clock("ray start"), preemption.daemons_apart(local=False):  # a cluster's own daemons
+    with clock("ray start"), daemons.daemons_apart(local=False):  # a cluster's own daemons
         connect(ray_cfg)
     try:
         use_gpu = wants_gpu(ray_cfg)

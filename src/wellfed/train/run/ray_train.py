@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from wellfed.cluster import cluster_address, connect
 from wellfed.config import RayConfig
 from wellfed.telemetry.phases import Phases
-from wellfed.train.checkpoints import preemption
+from wellfed.train.checkpoints import daemons, preemption
 from wellfed.train.checkpoints.store import Entry, Store
 from wellfed.train.run import failures, lost_node, runs
 from wellfed.train.run.mlflow_run import derived_tags, marked_failed, marked_killed
@@ -92,7 +92,7 @@ def fit_on_ray(job: TrainJob, run: runs.Run, store: Store, resume: Entry | None,
 
     from wellfed.train.run.worker import WorkerConfig
 
-    with clock("ray start"), preemption.daemons_apart(local=not cluster_address(ray_cfg)):
+    with clock("ray start"), daemons.daemons_apart(local=not cluster_address(ray_cfg)):
         connect(ray_cfg)  # a signal to dvc's group spares the daemons; gone with the driver
     try:
         use_gpu = wants_gpu(ray_cfg)
