@@ -65,9 +65,13 @@ def test_repro_console_has_wellfed_lines_and_no_ray_or_mlflow_internals(project)
     for line in ("[wellfed] in process: 1 worker on ", "[wellfed] step 13/13",
                  "[wellfed] train done:", "fixed cost (all but steps)",
                  "[wellfed] evaluate on test (50 rows)", "[wellfed] pipeline ",
-                 "[wellfed] tokenize train: 200 rows, ",
-                 "[wellfed] bottleneck: compute-bound on CPU", "[wellfed] diagnosis: input wait"):
+                 "[wellfed] tokenize train: 200 rows, ", "[wellfed] diagnosis: input wait"):
         assert line in console, line
+    # A tiny CPU run is compute-bound, or, beside the tier's other worker, says the machine was
+    # shared (its process got under half the CPUs it asked for): both are the honest finding.
+    (finding,) = [line.split("[wellfed] bottleneck: ", 1)[1] for line in console.splitlines()
+                  if "[wellfed] bottleneck: " in line]
+    assert finding.startswith(("compute-bound on CPU", "the machine was shared")), finding
     assert noise(console) == [], console
     # No bar in a log (a finished one, or none), no dict repr, no Markdown: sentences for people.
     for left in ("%|", "{'rows'", "# wellfed diagnosis", "**Bottleneck", "| figure |"):
