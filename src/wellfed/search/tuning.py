@@ -119,6 +119,8 @@ def run_phase(name: str, folder: Path, trainable, need: dict, callback, *,
     trials it finished are handed back from the ledger, Tune's state is not read."""
     from ray import tune
 
+    from wellfed.cli import one_line
+
     fn = tune.with_resources(trainable, need)
     path = folder.resolve() / name
     checked(path, restore)
@@ -140,8 +142,6 @@ def run_phase(name: str, folder: Path, trainable, need: dict, callback, *,
                                                resume_errored=False, restart_errored=True)
                     restored = True
                 except Exception as err:  # whole and allowed, yet not Tune's (another Ray's)
-                    from wellfed.cli import one_line
-
                     set_aside(path, f"Ray Tune could not restore it: {one_line(str(err))}")
             if tuner is None:
                 tuner = tune.Tuner(
@@ -154,8 +154,6 @@ def run_phase(name: str, folder: Path, trainable, need: dict, callback, *,
                                               callbacks=[callback], verbose=0,
                                               failure_config=tune.FailureConfig(max_failures=1)))
             grid = tuner.fit()
-            from wellfed.cli import one_line
-
             errors = [one_line(str(r.error)) for r in grid if r.error]
             ended = done() + len(errors) >= expected
             if ended or received or not restored or not path.is_dir():
