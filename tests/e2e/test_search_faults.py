@@ -177,7 +177,7 @@ def test_sigterm_to_the_group_of_a_fused_search_stops_it_politely(tmp_path_facto
     # fuse named: under a loaded CI machine auto measured 0.98x and trained one at a time
     project = tiny(tmp_path_factory.mktemp("search-fused"), tiny_model_dir,
                    {**SEARCH, "fuse": "true", "trials": 4})
-    code, out = search(project, stop_at="[wellfed] search group 1/")
+    code, out = search(project, stop_at="[wellfed] search: to rung 1 of ")
     assert code == 143, out[-3000:]
     assert "Failed to connect to GCS" not in out and "Traceback" not in out, out[-3000:]
     client, runs = mlflow_runs(project)

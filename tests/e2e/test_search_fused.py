@@ -1,10 +1,10 @@
 """wellfed-search with fused trials (search.fuse true), as a user runs it on the tiny model:
-killed outright (SIGKILL) inside a group, once the group saved its state at a rung, resumed to
-the end of the search phase and the final check, both fused. Checks that the group goes on from
-its rung with the recipes TPE gave it, that K is chosen and recorded, that each group
-halves in step (the stopped trials say at which rung, against which cutoff), that no finished
-trial trains again, that the final check trains one group per seed and reuses the finalist's
-own full-budget trial for its seed, and that every child run ends FINISHED."""
+killed outright (SIGKILL) inside a group on its way to the second rung, resumed to the end of
+the search phase and the final check, both fused. Checks that K is chosen and recorded, that
+the search halves in step across all its trials (the stopped trials say at which rung, against
+which cutoff, among how many), that the resumed search trains nothing before each trial's last
+rung again, that the final check trains one group per seed and reuses the finalist's own
+full-budget trial for its seed, and that every child run ends FINISHED."""
 
 from __future__ import annotations
 
@@ -33,8 +33,9 @@ def project(tmp_path_factory, tiny_model_dir):
 
 
 def killed_at_a_rung(project) -> tuple[int, str]:
-    """wellfed-search, killed outright (SIGKILL) as soon as a group saved its state at a rung
-    (the group trains inside one Ray task and prints nothing until it ends: the file says it)."""
+    """wellfed-search, killed outright (SIGKILL) as soon as a group going to the second rung
+    (step 8) wrote a trial's state there, before the search recorded it (the group trains
+    inside one Ray task and prints nothing until it ends: the file says it)."""
     proc = subprocess.Popen(["wellfed-search", "--no-exp"], cwd=project, env=env(), text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     lines: list[str] = []
@@ -42,7 +43,7 @@ def killed_at_a_rung(project) -> tuple[int, str]:
     reader.start()
     deadline = time.time() + 900
     while proc.poll() is None and time.time() < deadline:
-        if list(project.glob("data/search/*/groups/*.pt")):
+        if list(project.glob("data/search/*/groups/*@8.pt")):
             proc.kill()
             break
         time.sleep(0.05)
@@ -54,33 +55,30 @@ def killed_at_a_rung(project) -> tuple[int, str]:
 def test_a_fused_search_killed_inside_a_group_goes_on_from_its_rung_and_proves_fused(project):
     code, out = killed_at_a_rung(project)
     assert code == -signal.SIGKILL, out[-3000:]
-    (kept,) = project.glob("data/search/*/groups/*-members.json")
-    proposed = {m[0]: m[1] for m in json.loads(kept.read_text())}
     chosen = [line for line in out.splitlines() if line.startswith("[wellfed] fused trials: ")]
     assert len(chosen) == 1 and "per group, successive halving in step" in chosen[0], out[-3000:]
     k = int(chosen[0].split()[3])
     assert 2 <= k <= TRIALS
     before = {t: e for t, e in ledger(project).items() if e["phase"] == "search"}
+    assert len(before) == TRIALS - TRIALS // 2  # stopped at rung 1 before the group to rung 2
 
     code, out = search(project, "--no-exp")
     assert code == 0, out[-3000:]
-    if before:
-        assert f"resuming: {len(before)} of {TRIALS} search trials finished" in out
-    # the group it was killed in went on from its rung, with the recipes TPE had given it
-    assert re.search(r"^\[wellfed\] search group \d+/\d+ went on from its last rung \(step "
-                     r"(4|8)\): the steps before it were not trained again$", out, re.M), out[-3000:]
+    assert (f"resuming: {TRIALS} of {TRIALS} search trials reached the first rung, "
+            f"{len(before)} of them ended") in out, out[-3000:]
+    # nothing before each trial's last rung trained again: the group cut off goes on from step 4
+    assert not re.search(r"to rung 1 of 3", out), out[-3000:]
+    assert re.search(rf"^\[wellfed\] search: to rung 2 of 3 \(step 8\), group 1/1: "
+                     rf"{TRIALS // 2} trial\(s\) fused, the best {TRIALS // 2} of the {TRIALS} "
+                     r"at step 4", out, re.M), out[-3000:]
     after = ledger(project)
     assert {t: after[t] for t in before} == before  # kept, not trained again
-    assert {t: after[t]["config"] for t in proposed} == proposed
-    assert not list(project.glob("data/search/*/groups/*"))  # spent once recorded
+    assert not list(project.glob("data/search/*/groups/*"))  # every trial's state spent
     searched = {t: e for t, e in after.items() if e["phase"] == "search"}
     assert len(searched) == TRIALS
-    groups = [line for line in out.splitlines()
-              if re.match(r"\[wellfed\] search group \d+/\d+: ", line)]
-    assert groups and all("fused" in line for line in groups)
-    # successive halving in step: in each group of n, the best max(1, n // 2) go past rung 1
+    # successive halving across the search: 6 at step 4, the best 3 at 8, the best 1 at 16
     steps = sorted(int(e["reports"][-1]["step"]) for e in searched.values())
-    assert steps.count(16) >= 1 and steps.count(4) >= 1, steps
+    assert steps == [4, 4, 4, 8, 8, 16], steps
     proofs = [line for line in out.splitlines() if line.startswith("[wellfed] proof group ")]
     assert proofs, out[-3000:]
 
@@ -99,7 +97,8 @@ def test_a_fused_search_killed_inside_a_group_goes_on_from_its_rung_and_proves_f
         assert len({m.step for m in history}) == len(history)
     outcomes = [c.data.tags["wellfed.search.outcome"] for c in by_phase["search"]]
     stopped = [o for o in outcomes if o.startswith("stopped by successive halving at rung 1")]
-    assert stopped and all("the cutoff" in o and "in its group go on" in o for o in stopped)
+    assert len(stopped) == 3 and all("the cutoff" in o and "(the best 3 of the 6 in the "
+                                     "search go on)" in o for o in stopped), outcomes
     # the finalist that reached the full budget at seed 1 is that seed's final-check run
     proof_runs = [e for e in after.values() if e["phase"] == "proof"]
     full = [e for e in searched.values() if int(e["reports"][-1]["step"]) == 16]

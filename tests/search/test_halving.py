@@ -14,20 +14,6 @@ from wellfed.search import fused, halving
 SPACE = {"train": {"lr": "log_uniform 1e-5 1e-3", "warmup_ratio": "uniform 0.0 0.2"}}
 
 
-def test_the_best_of_a_group_go_on_and_every_trial_is_told_why():
-    said = {}
-    decide = fused.halving(2, "val/macro_f1", False, [4, 8], said)
-    kept = decide(4, {0: {"val/macro_f1": 0.5}, 1: {"val/macro_f1": 0.7},
-                      2: {"val/macro_f1": 0.6}, 3: {"val/macro_f1": 0.1}})
-    assert kept == [1, 2]
-    assert said[3] == ("stopped by successive halving at rung 1 of 2 (step 4): val/macro_f1 "
-                       "0.1000 was below the cutoff 0.6000 (the best 2 of the 4 in its group "
-                       "go on)")
-    assert said[1].startswith("continued at rung 1 of 2 (step 4): val/macro_f1 0.7000")
-    lower = fused.halving(3, "val/loss", True, [4], {})
-    assert lower(4, {0: {"val/loss": 0.3}, 1: {"val/loss": 0.2}}) == [1]  # at least one
-
-
 def test_tpe_is_asked_a_group_at_a_time_and_a_resume_tells_it_the_finished_trials():
     cfg = SearchConfig(space=SPACE, trials=8)
     proposer = halving.Proposer(cfg, "val/macro_f1", False, {})
@@ -96,13 +82,13 @@ def test_a_group_the_device_runs_out_of_memory_for_is_trained_again_as_two_halve
         if len(members) > 2:
             raise ray.exceptions.RayTaskError("train_group", "traceback", torch.OutOfMemoryError(
                 "CUDA out of memory"))
-        return [{"reports": [], "said": str(m)} for m in members]
+        return [{"reports": [], "member": str(m)} for m in members]
 
     monkeypatch.setattr(ray, "get", get)
     members = [(f"t{i}", {}, {"i": i}, 1) for i in range(5)]
-    out = fused.trained(Task(), members, None, 2, "val/loss", True, 1, True, tmp_path)
+    out = fused.trained(Task(), members, None, 1, tmp_path)
     assert sent == [5, 2, 3, 1, 2]  # 5 -> 2 + 3 -> 2 + (1 + 2)
-    assert [r["said"] for r in out] == [str(({"i": i}, 1)) for i in range(5)]  # in order
+    assert [r["member"] for r in out] == [str(({"i": i}, 1)) for i in range(5)]  # in order
     lines = [line for line in capsys.readouterr().out.splitlines() if "out of device memory" in line]
     assert lines[0] == ("[wellfed] a group of 5 fused trials ran out of device memory: trained "
                         "again as 2 + 3")
@@ -112,4 +98,87 @@ def test_a_group_the_device_runs_out_of_memory_for_is_trained_again_as_two_halve
 
     monkeypatch.setattr(ray, "get", fails)
     with pytest.raises(ray.exceptions.RayTaskError):  # any other error is not retried
-        fused.trained(Task(), members, None, 2, "val/loss", True, 1, True, tmp_path)
+        fused.trained(Task(), members, None, 1, tmp_path)
+
+
+class Teller:
+    """Stands for search/story.Story: what each trial was told, in order."""
+
+    def __init__(self):
+        from wellfed.search.rungs import Rungs
+
+        self.runs, self.told, self.done = {}, {}, []
+        self.rungs = Rungs([], 3, False)
+
+    def start(self, trial, config, by_config=True):
+        self.runs[trial] = trial
+        self.told.setdefault(trial, [])
+
+    def result(self, trial, report):
+        self.told[trial].append(report["step"])
+
+    def complete(self, trial):
+        self.done.append(trial)
+
+    def interrupted(self):
+        pass
+
+
+class Asked:
+    """Stands for TPE: recipe n has lr n, so the later trials are the better."""
+
+    def __init__(self):
+        self.told = []
+
+    def __call__(self, members):
+        return [(t, {"lr": int(t[-2:])}, {"lr": int(t[-2:])}, seed) for t, _c, _r, seed in members]
+
+    def tell(self, members, results):
+        self.told += [m[0] for m in members]
+
+
+def test_halving_across_the_search_ranks_all_trials_at_each_rung_and_resumes(monkeypatch,
+                                                                             tmp_path):
+    from wellfed.search import rounds
+
+    calls = []
+
+    def trained(task, members, setting, threads, states, start, stop_at):
+        calls.append(([m[0] for m in members], start, stop_at))
+        if stop_at == 12 and len(calls) == 6:
+            raise KeyboardInterrupt  # stopped in the second group to rung 2
+        step = stop_at or setting.full
+        for m in members:
+            if stop_at:
+                (states / f"{m[0]}@{stop_at}.pt").write_text("slice")
+        return [{"reports": [{"step": step, "val/f1": m[2]["lr"] / 100 + step / 1000}]}
+                for m in members]
+
+    monkeypatch.setattr(rounds.fused, "trained", trained)
+    monkeypatch.setattr(rounds.fused, "place_group", lambda setting: ({}, 1))
+    cfg = SearchConfig(space=SPACE, trials=16, reduction_factor=3)
+    setting = SimpleNamespace(rungs=(4, 12, 36), full=36)
+    p = SimpleNamespace(folder=tmp_path, metric="val/f1", lower=False)
+    (tmp_path / "groups").mkdir()
+    ids = [f"s_{n:05d}" for n in range(16)]
+    first = Teller()
+    assert rounds.search_rounds(cfg, setting, p, first, Asked(), ids, 4) == 2  # SIGINT
+    assert [c[1:] for c in calls] == [(0, 4)] * 4 + [(4, 12)] * 2
+    assert calls[4][0] == ["s_00015", "s_00014"]  # the best 5 of all 16, best first: 2 + 3
+    assert calls[5][0] == ["s_00013", "s_00012", "s_00011"]
+    assert sorted(first.done) == ids[:11]
+    assert first.rungs.said["s_00000"] == (
+        "stopped by successive halving at rung 1 of 3 (step 4): val/f1 0.0040 was below the "
+        "cutoff 0.1140 (the best 5 of the 16 in the search go on)")
+    # slices: only the best 5 at step 4 were kept, and the 2 gone on to step 12 spent there
+    assert sorted(f.name for f in (tmp_path / "groups").glob("*.pt")) == [
+        "s_00011@4.pt", "s_00012@4.pt", "s_00013@4.pt", "s_00014@12.pt", "s_00015@12.pt"]
+
+    calls.clear()
+    again = Teller()
+    assert rounds.search_rounds(cfg, setting, p, again, Asked(), ids, 4) is None
+    assert calls == [(["s_00013", "s_00012", "s_00011"], 4, 12), (["s_00015"], 12, 0)]
+    assert again.told["s_00015"] == [4, 12, 36]  # its reports so far handed back, then on
+    assert sorted(again.done) == ["s_00011", "s_00012", "s_00013", "s_00014", "s_00015"]
+    assert "the best 1 of the 5 in the search go on" in again.rungs.said["s_00011"]
+    assert not list((tmp_path / "groups").glob("*.pt"))  # every slice spent

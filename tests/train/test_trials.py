@@ -150,6 +150,43 @@ def test_a_group_stopped_after_a_rung_goes_on_from_it_as_if_never_stopped(tmp_pa
     assert other.resumed_at == 0
 
 
+def test_trials_of_two_groups_go_on_from_their_slices_as_one_group_as_alone(tmp_path,
+                                                                           tiny_model_dir):
+    """Halving across a whole search (search/rounds.py): each group stops at a rung and keeps
+    each trial's own slice of its state; trials from different groups then go on as one
+    group, in another order, and learn what each learns alone, to every step."""
+    tokens = token_dir(tmp_path / "tokens", "single_label")
+    configs = [dataclasses.replace(BASE, **r) for r in RECIPES]
+    job = job_for(tokens, tiny_model_dir, "single_label")
+    at = {k: tmp_path / f"t{k}@3.pt" for k in range(3)}
+    first = trial_group.train_group(job, configs[:2], CPU, stop_at=3,
+                                    slices={0: at[0], 1: at[1]})
+    second = trial_group.train_group(job, configs[2:], CPU, stop_at=3, slices={0: at[2]})
+    assert first.steps == {0: 3, 1: 3} and second.steps == {0: 3}
+    assert [v["step"] for v in first.validations[1]] == [3]
+    on = trial_group.train_group(job, [configs[2], configs[0]], CPU, start=[at[2], at[0]])
+    assert on.resumed_at == 3 and on.steps == {0: 6, 1: 6}
+    for pos, (k, before) in enumerate([(2, second.history[0]), (0, first.history[0])]):
+        losses, vals = alone(dataclasses.replace(job, train=configs[k]), {3})
+        assert_same([r["loss"] for r in before + on.history[pos]], losses, f"trial {k}")
+        assert [r["step"] for r in on.history[pos]] == [4, 5, 6]
+        for key, value in vals[6].items():
+            assert close(on.validations[pos][-1][key], value), (k, key)
+    # a slice holds one trial's weights, not a view of the group's K
+    one = torch.load(at[0], weights_only=False)
+    name = one["stacked"][0]
+    weight = one["weights"][name]
+    assert weight.shape[0] == 1
+    assert weight.untyped_storage().nbytes() == weight.numel() * weight.element_size()
+    with pytest.raises(ValueError, match="only trials at one step"):
+        from wellfed.train.trials import resume
+
+        later = tmp_path / "t2@6.pt"
+        trial_group.train_group(job, [configs[2]], CPU, start=[at[2]], stop_at=5,
+                                slices={0: later})
+        resume.merged([at[0], later])
+
+
 def test_the_check_can_fail_a_trial_with_another_data_order(tmp_path, tiny_model_dir):
     """The negative control: alone with another seed, the same recipe is not 'equal'."""
     tokens = token_dir(tmp_path / "tokens", "single_label")

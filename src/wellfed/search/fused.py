@@ -14,6 +14,7 @@ the group it stopped in goes on from its last rung: the group writes its state t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import signal
@@ -150,32 +151,14 @@ def size(setting: Setting, wanted: int, threads: int):
     return sizing.choose(model, wanted, rows, width, job.pad_id, device)
 
 
-def halving(rf: int, metric: str, lower: bool, rungs: list[int], said: dict):
-    """Successive halving in step: at a rung, the best max(1, n // rf) of the n trials there go
-    on; `said` gets each decision in words (trial -> text), as the child runs show it."""
-
-    def decide(step: int, figures: dict[int, dict]) -> list[int]:
-        order = sorted(figures, key=lambda k: figures[k][metric], reverse=not lower)
-        keep = order[:max(1, len(order) // rf)]
-        cutoff = figures[keep[-1]][metric]
-        rung = f"rung {rungs.index(step) + 1} of {len(rungs)} (step {step})"
-        for k in figures:
-            value = figures[k][metric]
-            said[k] = ((f"continued at {rung}: {metric} {value:.4f}" if k in keep else
-                        f"stopped by successive halving at {rung}: {metric} {value:.4f} was "
-                        f"{'above' if lower else 'below'} the cutoff {cutoff:.4f}")
-                       + f" (the best {len(keep)} of the {len(figures)} in its group go on)")
-        return keep
-
-    return decide
-
-
-def train_group(setting: Setting, members: list[tuple[dict, int]], rf: int, metric: str,
-                lower: bool, threads: int, halve: bool, saved: str | None = None) -> list[dict]:
+def train_group(setting: Setting, members: list[tuple[dict, int]], threads: int,
+                saved: str | None = None, start: list[str] | None = None, stop_at: int = 0,
+                slices: list[str] | None = None) -> list[dict]:
     """Train `members` ((recipe, seed) each, one seed for all) as one group, its state at each
     rung kept in `saved` (and gone on from where it is); returns per member {"reports": [...],
-    "said": decision or "", "resumed_at": the step it went on from, 0 if none} as a search
-    trial reports them."""
+    "resumed_at": the step it went on from, 0 if none} as a search trial reports them. A group of a search halving across all its trials (search/rounds.py)
+    goes on from its members' `start` files, stops at `stop_at` and writes each member's state
+    to its `slices` file."""
     import contextlib
     import io
 
@@ -185,14 +168,13 @@ def train_group(setting: Setting, members: list[tuple[dict, int]], rf: int, metr
     started = time.perf_counter()
     device = device_for(setting, threads)
     jobs = [job_of(setting, recipe, seed) for recipe, seed in members]
-    said: dict[int, str] = {}
-    rungs = [r for r in setting.rungs if r < setting.full]
-    decide = halving(rf, metric, lower, rungs, said) if halve else None
     with contextlib.redirect_stdout(io.StringIO()):
         out = run(jobs[0], [j.train for j in jobs], Place(device, 0, 1, "group"),
-                  validate_at=frozenset(setting.rungs), decide=decide,
+                  validate_at=frozenset(setting.rungs),
                   keep_logits=setting.task == "single_label",
-                  saved=Path(saved) if saved else None)
+                  saved=Path(saved) if saved else None,
+                  start=[Path(f) for f in start] if start else None, stop_at=stop_at,
+                  slices={k: Path(f) for k, f in enumerate(slices)} if slices else None)
     results = []
     for k, job in enumerate(jobs):
         reports, last = [], 0
@@ -207,20 +189,50 @@ def train_group(setting: Setting, members: list[tuple[dict, int]], rf: int, metr
             reports.append(report)
         if out.steps[k] >= setting.full and k in out.logits:
             reports[-1]["predicted"] = encode(np.asarray(out.logits[k]).argmax(-1))
-        results.append({"reports": reports, "said": said.get(k, ""),
-                        "resumed_at": out.resumed_at})
+        results.append({"reports": reports, "resumed_at": out.resumed_at})
     return results
 
 
-def run_groups(groups: list[list[tuple[str, dict, dict, int]]], phase: str, cfg: SearchConfig,
-               setting: Setting, teller, metric: str, lower: bool, ask=None) -> int | None:
-    """Train each group (a list of (trial id, Tune-style config, recipe, seed)); `ask(n)`, when
-    given, proposes a group's recipes just before it trains. Returns the signal that stopped
-    the phase, or None."""
+def run_groups(groups: list[list[tuple[str, dict, dict, int]]], phase: str,
+               setting: Setting, teller) -> int | None:
+    """Train each group (a list of (trial id, Tune-style config, recipe, seed)) to the full
+    budget, validating at the rungs. Returns the signal that stopped the phase, or None."""
     import ray
 
     need, threads = place_group(setting)
     task = ray.remote(train_group).options(**need)
+    states = teller.folder / "groups"
+    with polite_stop() as received:
+        try:
+            for n, members in enumerate(groups, 1):
+                print(f"[wellfed] {phase} group {n}/{len(groups)}: {len(members)} trial(s) "
+                      f"fused ({', '.join(m[0] for m in members)})", flush=True)
+                for trial, config, _recipe, _seed in members:
+                    teller.start(trial, config, by_config=False)
+                results = trained(task, members, setting, threads, states)
+                resumed = max(r.get("resumed_at", 0) for r in results)
+                if resumed:
+                    print(f"[wellfed] {phase} group {n}/{len(groups)} went on from its last "
+                          f"rung (step {resumed}): the steps before it were not trained again",
+                          flush=True)
+                for (trial, _config, _recipe, _seed), got in zip(members, results):
+                    for report in got["reports"]:
+                        report["phase"] = phase
+                        teller.result(trial, report)
+                    teller.complete(trial)
+                for trial, *_rest in members:  # recorded: the group's state is spent
+                    for path in states.glob(f"{trial}-*"):
+                        path.unlink()
+        except KeyboardInterrupt:
+            teller.interrupted()
+            return received[0] if received else signal.SIGINT
+    return None
+
+
+@contextlib.contextmanager
+def polite_stop():
+    """SIGTERM (SLURM, a spot VM's notice) stops as Ctrl-C does, by KeyboardInterrupt; yields
+    the list that holds it once received."""
     received: list[int] = []
 
     def polite(signum, frame):
@@ -228,47 +240,15 @@ def run_groups(groups: list[list[tuple[str, dict, dict, int]]], phase: str, cfg:
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, polite)
-    states = teller.folder / "groups"
     try:
-        for n, members in enumerate(groups, 1):
-            members = proposed(states, members, ask)
-            print(f"[wellfed] {phase} group {n}/{len(groups)}: {len(members)} trial(s) fused "
-                  f"({', '.join(m[0] for m in members)})", flush=True)
-            for trial, config, _recipe, _seed in members:
-                teller.start(trial, config, by_config=False)
-            results = trained(task, members, setting, cfg.reduction_factor, metric, lower,
-                              threads, phase == "search", states)
-            resumed = max(r.get("resumed_at", 0) for r in results)
-            if resumed:
-                print(f"[wellfed] {phase} group {n}/{len(groups)} went on from its last rung "
-                      f"(step {resumed}): the steps before it were not trained again",
-                      flush=True)
-            for (trial, _config, _recipe, _seed), got in zip(members, results):
-                for report in got["reports"]:
-                    report["phase"] = phase
-                    teller.result(trial, report)
-                if got["said"]:
-                    teller.rungs.said[trial] = got["said"]
-                    teller.rungs.rung_of[trial] = got["said"].split(" at ", 1)[-1].split(":")[0]
-                teller.complete(trial)
-            if ask:
-                ask.tell(members, results)
-            for trial, *_rest in members:  # recorded: the group's state is spent
-                for path in states.glob(f"{trial}-*"):
-                    path.unlink()
-    except KeyboardInterrupt:
-        teller.interrupted()
-        return received[0] if received else signal.SIGINT
+        yield received
     finally:
         signal.signal(signal.SIGTERM, previous)
-    return None
 
 
 def proposed(states: Path, members: list[tuple], ask) -> list[tuple]:
     """The group's members: TPE's recipes (kept beside the group's state, so that a search
     stopped inside the group goes on with the same ones), or those kept when it was stopped."""
-    if ask is None:
-        return members
     kept = states / f"{members[0][0]}-members.json"
     if kept.is_file():
         return ask.again([tuple(m) for m in json.loads(kept.read_text(encoding="utf-8"))])
@@ -277,15 +257,21 @@ def proposed(states: Path, members: list[tuple], ask) -> list[tuple]:
     return members
 
 
-def trained(task, members: list[tuple], setting: Setting, rf: int, metric: str, lower: bool,
-            threads: int, halve: bool, states: Path) -> list[dict]:
+def trained(task, members: list[tuple], setting: Setting, threads: int, states: Path,
+            start: int = 0, stop_at: int = 0) -> list[dict]:
     """A group's results from its Ray task; a group the device runs out of memory for is
-    trained again as two halves (said in one line), down to one trial."""
+    trained again as two halves (said in one line), down to one trial. With `start` or
+    `stop_at` (search/rounds.py) its members go on from their states at step `start` and
+    stop at `stop_at`, where each member's state is kept (`<trial>@<step>.pt` in `states`)."""
     import ray
 
-    saved = states / f"{members[0][0]}-{members[-1][0]}.pt"
-    ref = task.remote(setting, [(m[2], m[3]) for m in members], rf, metric, lower, threads,
-                      halve, str(saved.resolve()))
+    def at(step: int) -> list[str] | None:
+        return [str((states / f"{m[0]}@{step}.pt").resolve()) for m in members] if step else None
+
+    saved = None if start or stop_at else str((states / f"{members[0][0]}-{members[-1][0]}.pt")
+                                              .resolve())
+    ref = task.remote(setting, [(m[2], m[3]) for m in members], threads, saved, at(start),
+                      stop_at, at(stop_at))
     try:
         return ray.get(ref)
     except KeyboardInterrupt:
@@ -297,5 +283,5 @@ def trained(task, members: list[tuple], setting: Setting, rf: int, metric: str, 
     half = len(members) // 2
     print(f"[wellfed] a group of {len(members)} fused trials ran out of device memory: "
           f"trained again as {half} + {len(members) - half}", flush=True)
-    return (trained(task, members[:half], setting, rf, metric, lower, threads, halve, states)
-            + trained(task, members[half:], setting, rf, metric, lower, threads, halve, states))
+    return (trained(task, members[:half], setting, threads, states, start, stop_at)
+            + trained(task, members[half:], setting, threads, states, start, stop_at))

@@ -1,13 +1,14 @@
 """The two phases of a fused search (search/fused.py trains the groups): the search phase,
-TPE proposing each group of K recipes from every trial finished before it, and the final
-check, the finalists x seeds in one group per seed, where a finalist's own full-budget search
-trial stands for its seed when that seed is one of them (trained once, not twice).
+TPE proposing each group of K recipes from every trial at the first rung before it and
+successive halving across all of them (search/rounds.py), and the final check, the finalists
+x seeds in one group per seed, where a finalist's own full-budget search trial stands for its
+seed when that seed is one of them (trained once, not twice).
 """
 
 from __future__ import annotations
 
 from wellfed.config import SearchConfig
-from wellfed.search import fused, proof, space, story, tuning
+from wellfed.search import fused, proof, rounds, space, story, tuning
 from wellfed.search.rungs import Rungs
 from wellfed.search.trial import Setting
 
@@ -18,9 +19,9 @@ def trial_id(search_id: str, phase: str, n: int) -> str:
 
 
 class Proposer:
-    """Optuna's TPE, asked for one group at a time and told each trial's last figure (a trial
-    halving stopped counts with the figure it had there); a resumed search tells it every
-    finished trial again first, in order."""
+    """Optuna's TPE, asked for one group at a time and told each trial's figure at the first
+    rung (the one every trial reaches); a resumed search tells it every trial there again
+    first, in order."""
 
     def __init__(self, cfg: SearchConfig, metric: str, lower: bool, done: dict[str, dict]):
         import optuna
@@ -84,18 +85,25 @@ def chunks(items: list, k: int) -> list[list]:
 
 def search_phase(cfg: SearchConfig, setting: Setting, p, uri: str, parent: str,
                  k: int) -> tuning.Phase:
-    done = story.ledger(p.folder, "search")
+    """Successive halving across all the search's trials, K at a time (search/rounds.py)."""
+    book = rounds.Book(p.folder)
     teller = story.Story(uri, parent, p.search_id, "search", p.folder, p.metric,
                          Rungs([], cfg.reduction_factor, p.lower), p.full, cfg.trials)
-    if done:
-        print(f"[wellfed] resuming: {len(done)} of {cfg.trials} search trials finished "
-              "(TPE is told them again; they are not trained again)", flush=True)
-    # The search's trials train at the first seed of the final check, so that the finalist
-    # that reaches the full budget is already one of its seeds' runs.
-    members = [(trial_id(p.search_id, "search", n), None, None, cfg.seeds[0])
-               for n in range(len(done), cfg.trials)]
-    stopped = fused.run_groups(chunks(members, k), "search", cfg, setting, teller, p.metric,
-                               p.lower, ask=Proposer(cfg, p.metric, p.lower, done))
+    if book.trials:
+        ended = sum(1 for e in book.trials.values() if e.get("ended"))
+        print(f"[wellfed] resuming: {len(book.trials)} of {cfg.trials} search trials reached "
+              f"the first rung, {ended} of them ended (TPE is told them again; no step is "
+              "trained again before a trial's last rung)", flush=True)
+    # TPE is told each trial's figure at the first rung, where every trial has one. The
+    # search's trials train at the first seed of the final check, so that the finalist that
+    # reaches the full budget is already one of its seeds' runs.
+    first = min(setting.rungs)
+    told = {t: {"config": e["config"], "reports": [r for r in e["reports"]
+                                                   if int(r["step"]) == first]}
+            for t, e in book.trials.items()}
+    ids = [trial_id(p.search_id, "search", n) for n in range(cfg.trials)]
+    stopped = rounds.search_rounds(cfg, setting, p, teller,
+                                   Proposer(cfg, p.metric, p.lower, told), ids, k)
     return tuning.Phase("fused-search", stopped, [])
 
 
@@ -124,7 +132,7 @@ def proof_phase(cfg: SearchConfig, setting: Setting, p, uri: str, parent: str,
         todo.append((trial, {"proof": config}, config["recipe"], config["seed"]))
     by_seed = [[m for m in todo if m[3] == seed] for seed in cfg.seeds]
     groups = [g for members in by_seed if members for g in chunks(members, k)]
-    stopped = fused.run_groups(groups, "proof", cfg, setting, teller, p.metric, p.lower)
+    stopped = fused.run_groups(groups, "proof", setting, teller)
     return tuning.Phase("fused-proof", stopped, [])
 
 

@@ -85,13 +85,20 @@ class GroupRun:
 
 def train_group(job, configs: list[TrainConfig], place, *, validate_at=frozenset(),
                 decide: Callable[[int, dict[int, dict]], list[int]] | None = None,
-                keep_logits: bool = False, saved: Path | None = None) -> GroupRun:
+                keep_logits: bool = False, saved: Path | None = None,
+                start: list[Path] | None = None, stop_at: int = 0,
+                slices: dict[int, Path] | None = None) -> GroupRun:
     """Train the trials `configs` (one TrainJob `job` otherwise: its train section is the
     group's shared recipe) as one model on `place.device`, each as it would train alone with
     train.seed. At each step of `validate_at` and at the end, all alive trials validate in one
     pass; `decide(step, {trial: figures})` then returns the trials that go on (None: all).
     With `saved`, the group's state is written there at each validation it goes on from, and
-    a group started where that file is goes on from it (trials/resume.py)."""
+    a group started where that file is goes on from it (trials/resume.py).
+
+    A group of a search that halves across all its trials trains one rung at a time: `start`
+    (one file per trial, in `configs`' order) is where its trials go on from, `stop_at` the
+    step it stops at after validating, `slices` (trial index -> file) where each trial's state
+    is written there (trials/resume.py's `save_each` and `merged`)."""
     why = refusal(configs)
     if why:
         raise ValueError(why)
@@ -113,20 +120,21 @@ def train_group(job, configs: list[TrainConfig], place, *, validate_at=frozenset
     alive = list(range(len(configs)))
     out = GroupRun(history={k: [] for k in alive}, validations={k: [] for k in alive},
                    tokens={"real": 0, "computed": 0})
-    state, done, start = resume.load(saved, len(configs)), 0, (0, 0)
+    state = resume.merged(start) if start else resume.load(saved, len(configs))
+    done, at = 0, (0, 0)
     if state:
         alive = resume.restore(state, fused, opt, out, device, cfg.seed)
-        done, start = state["done"], tuple(state["next_at"])
+        done, at = state["done"], tuple(state["next_at"])
         out.resumed_at = done
     else:
         random_state.seed(cfg.seed, place.rank)  # dropout, as the loop seeds a run at step 0
-    fed = feed(s, train_data, job.tokens_dir / "train.arrow", job.pad_id, 0, *start, cfg.epochs,
+    fed = feed(s, train_data, job.tokens_dir / "train.arrow", job.pad_id, 0, *at, cfg.epochs,
                job.data.loader_workers, job.data.prefetch)
     out.seconds["setup"] = time.perf_counter() - started
     t_steps = t_val = 0.0
     pending: list = []  # steps whose losses are still on the device (read at a validation)
     for step, batches in fed:
-        if done >= s.steps or not alive:
+        if done >= s.steps or not alive or done == stop_at > 0:
             break
         t0 = time.perf_counter()
         loss, norms = fused_step(fused, opt, s, step, batches, job.task, len(alive))
@@ -139,7 +147,7 @@ def train_group(job, configs: list[TrainConfig], place, *, validate_at=frozenset
         out.tokens["real"] += step.real_tokens * len(alive)
         out.tokens["computed"] += step.padded_tokens * len(alive)
         t_steps += time.perf_counter() - t0
-        if done in validate_at or done >= s.steps:
+        if done in validate_at or done >= s.steps or done == stop_at:
             figures_of(pending)
             t0 = time.perf_counter()
             figures, logits = validate(fused, s, val_data, job, keep_logits)
@@ -158,10 +166,12 @@ def train_group(job, configs: list[TrainConfig], place, *, validate_at=frozenset
                 fused.keep(positions)
                 opt.keep(positions, list(fused.named_parameters()))
                 alive = list(kept)
-            if saved is not None and done < s.steps:
-                resume.save(saved, done=done, alive=alive, trials=len(configs),
-                            next_at=(step.epoch, step.index + 1), fused=fused, opt=opt,
-                            out=out, device=device)
+            group = dict(done=done, alive=alive, trials=len(configs), fused=fused, opt=opt,
+                         next_at=(step.epoch, step.index + 1), out=out, device=device)
+            if slices is not None and done == stop_at < s.steps:
+                resume.save_each(slices, **group)
+            elif saved is not None and done < s.steps:
+                resume.save(saved, **group)
     figures_of(pending)
     for k in alive:
         out.steps[k] = done

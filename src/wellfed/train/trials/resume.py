@@ -7,6 +7,11 @@ stands and what each trial recorded so far. A group started with that file goes 
 step as if it had never stopped: the same batches, dropout masks and updates (the fused-trials
 tests check it to every digit). The file is written whole or not at all (a temporary file
 renamed over it): a stop while it is written leaves the rung before.
+
+A search that halves across all its trials (search/rounds.py) keeps each trial's own slice of
+that state instead (`save_each`), and builds the next rung's group from the slices of the
+trials that go on (`merged`): trials of one seed at one step share the data order and the
+random states, so only their weights, moments and schedules differ.
 """
 
 from __future__ import annotations
@@ -21,19 +26,70 @@ from wellfed.train.checkpoints import random_state
 VERSION = 1
 
 
-def save(path: Path, *, done: int, alive: list[int], trials: int, next_at: tuple[int, int],
-         fused, opt, out, device: torch.device) -> None:
+def state_of(*, done: int, alive: list[int], trials: int, next_at: tuple[int, int], fused, opt,
+             out, device: torch.device) -> dict:
     """The group's state after `done` steps, `alive` (indices among the `trials` it began
     with) going on from (epoch, index) `next_at`."""
-    state = {"version": VERSION, "done": done, "alive": list(alive), "trials": trials,
-             "next_at": list(next_at), "weights": fused.state_dict(), "opt": opt.state(),
-             "random": random_state.capture(device), "out": {
-                 "history": out.history, "validations": out.validations,
-                 "steps": out.steps, "tokens": out.tokens, "logits": out.logits}}
+    return {"version": VERSION, "done": done, "alive": list(alive), "trials": trials,
+            "next_at": list(next_at), "weights": fused.state_dict(),
+            "stacked": [name for name, _ in fused.named_parameters()], "opt": opt.state(),
+            "random": random_state.capture(device), "out": {
+                "history": out.history, "validations": out.validations,
+                "steps": out.steps, "tokens": out.tokens, "logits": out.logits}}
+
+
+def save(path: Path, **group) -> None:
+    """`state_of(**group)` written to `path`, whole or not at all."""
+    write(path, state_of(**group))
+
+
+def write(path: Path, state: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     part = path.with_name(path.name + ".part")
     torch.save(state, part)
     os.replace(part, path)
+
+
+def save_each(paths: dict[int, Path], **group) -> None:
+    """Each alive trial's slice of the group's state to its own file (trial index -> path): a
+    group of one, with nothing recorded (its records went to the search with the group's)."""
+    state = state_of(**group)
+    for pos, k in enumerate(state["alive"]):
+        def own(value: torch.Tensor) -> torch.Tensor:  # a copy: a view saves all K slices
+            return value[pos:pos + 1].clone()
+
+        write(paths[k], {**state, "alive": [0], "trials": 1, "out": {}, "weights": {
+            name: own(value) if name in state["stacked"] else value
+            for name, value in state["weights"].items()},
+            "opt": {"avg": [own(a) for a in state["opt"]["avg"]],
+                    "sq": [own(s) for s in state["opt"]["sq"]],
+                    "counts": [state["opt"]["counts"][pos]],
+                    "schedules": [state["opt"]["schedules"][pos]]}})
+
+
+def merged(paths: list[Path]) -> dict:
+    """One group's state from trial slices `save_each` wrote, in this order: they must have
+    stopped at the same step of the same data order (one seed: the same random states)."""
+    parts = [torch.load(p, map_location="cpu", weights_only=False) for p in paths]
+    first = parts[0]
+    for path, part in zip(paths, parts):
+        if part.get("version") != VERSION or part.get("trials") != 1:
+            raise ValueError(f"{path} is not one trial's state of this version")
+        if (part["done"], part["next_at"]) != (first["done"], first["next_at"]):
+            raise ValueError(f"{path} stopped at step {part['done']}, {paths[0]} at "
+                             f"{first['done']}: only trials at one step train as one group")
+    stacked = set(first["stacked"])
+    weights = {name: torch.cat([p["weights"][name] for p in parts]) if name in stacked
+               else value for name, value in first["weights"].items()}
+    opt = {"avg": [torch.cat(m) for m in zip(*(p["opt"]["avg"] for p in parts))],
+           "sq": [torch.cat(m) for m in zip(*(p["opt"]["sq"] for p in parts))],
+           "counts": [p["opt"]["counts"][0] for p in parts],
+           "schedules": [p["opt"]["schedules"][0] for p in parts]}
+    n = len(parts)
+    out = {"history": {k: [] for k in range(n)}, "validations": {k: [] for k in range(n)},
+           "steps": {}, "logits": {}, "tokens": {"real": 0, "computed": 0}}
+    return {**first, "alive": list(range(n)), "trials": n, "weights": weights, "opt": opt,
+            "out": out}
 
 
 def load(path: Path | None, trials: int) -> dict | None:

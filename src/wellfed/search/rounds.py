@@ -1,0 +1,196 @@
+"""Successive halving across the whole search, in step: the fused search phase.
+
+Every trial first trains to the first rung, K at a time in fused groups, TPE proposing each
+group from the figures of every trial there before it. Then all of them are ranked together,
+the best 1/reduction_factor go on to the next rung, regrouped K at a time from each trial's
+saved slice of its group's state (train/trials/resume.py), and so on to the full budget: the
+synchronous successive halving of Jamieson & Talwalkar, which on the benchmark's 16 trials
+trains 496 steps where halving inside each group of 4 trained 704 and ASHA 752.
+
+The search folder keeps `rounds.json` (each trial's recipe, seed, reports and the step it
+reached; written when a group ends) and `groups/<trial>@<step>.pt` (a trial's state at the rung
+it goes on from). A stopped search goes on from there: a group cut off trains again from its
+trials' last rung, nothing before it. A slice is deleted once its trial can no longer go on
+(another trial's figure pushed it out of the best at its rung) or has gone on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+from pathlib import Path
+
+from wellfed.outputs import write_json
+from wellfed.search import fused
+
+BOOK = "rounds.json"
+
+
+def even(items: list, k: int) -> list[list]:
+    """`items` in the fewest groups of at most k, as even as can be (5 at K=4: 3 + 2)."""
+    n = math.ceil(len(items) / k) if items else 0
+    return [items[i * len(items) // n:(i + 1) * len(items) // n] for i in range(n)]
+
+
+class Book:
+    """What the search has trained, trial by trial (`rounds.json`)."""
+
+    def __init__(self, folder: Path):
+        self.path = folder / BOOK
+        self.trials: dict[str, dict] = (json.loads(self.path.read_text(encoding="utf-8"))
+                                        if self.path.is_file() else {})
+
+    def record(self, trial: str, config: dict, seed: int, reports: list[dict]) -> None:
+        entry = self.trials.setdefault(trial, {"config": config, "seed": seed, "reports": []})
+        entry["reports"] += reports
+        entry["step"] = int(reports[-1]["step"]) if reports else entry.get("step", 0)
+        write_json(self.path, self.trials)
+
+    def end(self, trial: str) -> None:
+        self.trials[trial]["ended"] = True
+        write_json(self.path, self.trials)
+
+    def figure(self, trial: str, step: int, metric: str) -> float:
+        found = [r[metric] for r in self.trials[trial]["reports"]
+                 if int(r["step"]) == step and metric in r]
+        return float(found[-1]) if found else math.nan
+
+    def at(self, step: int) -> list[str]:
+        """The trials that reached `step`, in the order they were proposed."""
+        return [t for t, e in sorted(self.trials.items()) if e["step"] >= step]
+
+
+def best(book: Book, step: int, metric: str, lower: bool, count: int) -> list[str]:
+    """The `count` best trials at `step` (a trial with no figure there counts last)."""
+    def key(trial: str):
+        value = book.figure(trial, step, metric)
+        return (math.isnan(value), value if lower else -value)
+
+    return sorted(book.at(step), key=key)[:count]
+
+
+def search_rounds(cfg, setting, p, teller, proposer, ids: list[str], k: int) -> int | None:
+    """Train the search phase's trials `ids` with successive halving across all of them;
+    returns the signal that stopped it, or None."""
+    import ray
+
+    need, threads = fused.place_group(setting)
+    run = Rounds(ray.remote(fused.train_group).options(**need), setting, threads,
+                 p.folder / "groups", teller, Book(p.folder), p.metric, p.lower, k)
+    rungs = sorted({r for r in setting.rungs if r < setting.full} | {setting.full})
+    with fused.polite_stop() as received:
+        try:
+            run.first_rung(ids, rungs, proposer, cfg.seeds[0], cfg.reduction_factor)
+            for level in range(1, len(rungs)):
+                run.next_rung(rungs, level, cfg.reduction_factor)
+            for trial in run.book.at(rungs[-1]):  # recorded, then killed before it was ended
+                if not run.book.trials[trial].get("ended"):
+                    ended(teller, run.book, trial)
+        except KeyboardInterrupt:
+            teller.interrupted()
+            return received[0] if received else signal.SIGINT
+    return None
+
+
+class Rounds:
+    """The search's groups, rung after rung."""
+
+    def __init__(self, task, setting, threads: int, states: Path, teller, book: Book,
+                 metric: str, lower: bool, k: int):
+        self.task, self.setting, self.threads, self.states = task, setting, threads, states
+        self.teller, self.book, self.metric, self.lower, self.k = teller, book, metric, lower, k
+
+    def first_rung(self, ids: list[str], rungs: list[int], proposer, seed: int,
+                   rf: int) -> None:
+        """Every trial to the first rung, TPE proposing each group from those there before."""
+        todo = [t for t in ids if t not in self.book.trials]
+        step = rungs[0]
+        groups = even(todo, self.k)
+        for n, members in enumerate(groups, 1):
+            members = fused.proposed(self.states, [(t, None, None, seed) for t in members],
+                                     proposer)
+            print(f"[wellfed] search: to rung 1 of {len(rungs)} (step {step}), group {n}/"
+                  f"{len(groups)}: {len(members)} trial(s) fused "
+                  f"({', '.join(m[0] for m in members)})", flush=True)
+            results = self.trained(members, 0, step if step < self.setting.full else 0)
+            proposer.tell(members, results)
+            (self.states / f"{members[0][0]}-members.json").unlink(missing_ok=True)
+            going = best(self.book, step, self.metric, self.lower, max(1, len(ids) // rf))
+            spent(self.states, set(self.book.at(step)) - set(going), step)
+
+    def next_rung(self, rungs: list[int], level: int, rf: int) -> None:
+        """The best 1/rf of the trials at rung `level` (its step) to the next; the rest end."""
+        here, there = rungs[level - 1], rungs[level]
+        reached = self.book.at(here)
+        keep = best(self.book, here, self.metric, self.lower, max(1, len(reached) // rf))
+        halved(self.teller, self.book, reached, keep, here, level, len(rungs), self.metric,
+               self.lower)
+        spent(self.states, set(reached) - set(keep), here)
+        groups = even([t for t in keep if self.book.trials[t]["step"] < there], self.k)
+        for n, trials in enumerate(groups, 1):
+            entries = [self.book.trials[t] for t in trials]
+            members = [(t, e["config"], e["config"], e["seed"]) for t, e in zip(trials, entries)]
+            print(f"[wellfed] search: to rung {level + 1} of {len(rungs)} (step {there}), "
+                  f"group {n}/{len(groups)}: {len(members)} trial(s) fused, the best "
+                  f"{len(keep)} of the {len(reached)} at step {here} ({', '.join(trials)})",
+                  flush=True)
+            self.trained(members, here, there if there < self.setting.full else 0)
+            spent(self.states, set(trials), here)
+
+    def trained(self, members: list[tuple], start: int, stop_at: int) -> list[dict]:
+        """One group from step `start` (its trials' slices there; 0: afresh) to `stop_at` (0:
+        the full budget), its trials' reports told to their child runs and written down."""
+        for trial, config, _recipe, _seed in members:
+            opened(self.teller, self.book, trial, config)
+        results = fused.trained(self.task, members, self.setting, self.threads, self.states,
+                                start, stop_at)
+        for (trial, config, _recipe, seed), got in zip(members, results):
+            for report in got["reports"]:
+                report["phase"] = "search"
+                self.teller.result(trial, report)
+            self.book.record(trial, config, seed, got["reports"])
+            if not stop_at:
+                ended(self.teller, self.book, trial)
+        return results
+
+
+def halved(teller, book: Book, reached: list[str], keep: list[str], step: int, level: int,
+           levels: int, metric: str, lower: bool) -> None:
+    """The trials at `step` that do not go on end there, each told why in words."""
+    cutoff = book.figure(keep[-1], step, metric)
+    rung = f"rung {level} of {levels} (step {step})"
+    among = f"(the best {len(keep)} of the {len(reached)} in the search go on)"
+    for trial in reached:
+        if trial in keep or book.trials[trial].get("ended"):
+            continue
+        value = book.figure(trial, step, metric)
+        teller.rungs.said[trial] = (
+            f"stopped by successive halving at {rung}: {metric} {value:.4f} was "
+            f"{'above' if lower else 'below'} the cutoff {cutoff:.4f} {among}")
+        teller.rungs.rung_of[trial] = rung
+        teller.rungs.short[trial] = (f"stopped at step {step}: {value:.4f} "
+                                     f"{'>' if lower else '<'} {cutoff:.4f}")
+        ended(teller, book, trial)
+
+
+def opened(teller, book: Book, trial: str, config: dict) -> None:
+    """The trial's child run, open in this process: at its first group, or again in a resumed
+    search, its reports so far handed back (logged before: not again; kept for its ledger)."""
+    if trial in teller.runs:
+        return
+    teller.start(trial, config, by_config=False)
+    for report in book.trials.get(trial, {}).get("reports", []):
+        teller.result(trial, report)
+
+
+def ended(teller, book: Book, trial: str) -> None:
+    opened(teller, book, trial, book.trials[trial]["config"])
+    teller.complete(trial)
+    book.end(trial)
+
+
+def spent(states: Path, trials: set[str], step: int) -> None:
+    """Delete the slices at `step` of `trials`: gone on, or out of the running."""
+    for trial in trials:
+        (states / f"{trial}@{step}.pt").unlink(missing_ok=True)
