@@ -182,3 +182,40 @@ def test_halving_across_the_search_ranks_all_trials_at_each_rung_and_resumes(mon
     assert sorted(again.done) == ["s_00011", "s_00012", "s_00013", "s_00014", "s_00015"]
     assert "the best 1 of the 5 in the search go on" in again.rungs.said["s_00011"]
     assert not list((tmp_path / "groups").glob("*.pt"))  # every slice spent
+
+
+def test_k_of_one_trains_groups_of_one_halved_in_step_but_asha_on_several_nodes(monkeypatch,
+                                                                               tmp_path, capsys):
+    import ray
+
+    from wellfed.train.trials.sizing import Choice
+
+    class Remote:
+        def options(self, **need):
+            return self
+
+        def remote(self, *args):
+            return Choice(1, "a step of 4 fused trials took 1.07x the time of 4 steps alone")
+
+    logged = {}
+    client = SimpleNamespace(set_tag=lambda run, k, v: logged.update({k: v}),
+                             log_param=lambda run, k, v: logged.update({k: v}))
+    nodes = [{"Alive": True}]
+    monkeypatch.setattr(ray, "remote", lambda fn: Remote())
+    monkeypatch.setattr(ray, "get", lambda ref: ref)
+    monkeypatch.setattr(ray, "nodes", lambda: nodes)
+    monkeypatch.setattr(fused, "place_group", lambda setting: ({}, 1))
+    setting = SimpleNamespace(train=TrainConfig(), model=ModelConfig())
+    cfg = SearchConfig(space=SPACE)
+    assert fused.group_size(cfg, setting, client, "p", tmp_path) == 1
+    assert "trials in groups of one, successive halving in step across the search" in \
+        capsys.readouterr().out
+    assert logged["search.fused_trials"] == 1
+    nodes.append({"Alive": True})
+    assert fused.group_size(cfg, setting, client, "p", tmp_path) == 0  # kept K, 2 nodes
+    assert "with ASHA, side by side on the cluster's 2 nodes" in capsys.readouterr().out
+    # a search begun by a wellfed that took K = 1 for ASHA goes on with ASHA
+    (tmp_path / "fused.json").write_text('{"k": 1, "reason": "measured"}')
+    nodes.pop()
+    assert fused.group_size(cfg, setting, client, "p", tmp_path) == 0
+    assert "with ASHA, as when the search began" in capsys.readouterr().out

@@ -149,11 +149,12 @@ class SearchConfig:
     searcher_seed: int = 0
     """Seed of the TPE searcher: the same seed, space and results propose the same recipes."""
     fuse: str = "auto"
-    """Train trials fused (K trials of the model as one, train/trials/) with successive halving
-    in step: auto = where the space allows it (it searches only train.lr, weight_decay,
-    warmup_ratio, max_grad_norm) and the device gains (a GPU; on a CPU a measured step), else
-    one trial at a time with ASHA, said in one line; true = fused or a one-line error; false =
-    one at a time with ASHA."""
+    """Train trials fused (K trials of the model as one, train/trials/), with successive
+    halving in step across the search: auto = where the space allows it (it searches only
+    train.lr, weight_decay, warmup_ratio, max_grad_norm), K from the device (a GPU's memory; on
+    a CPU a measured step: groups of one where fusing gains nothing, or one at a time with
+    ASHA on a cluster of several nodes), else one trial at a time with ASHA, said in one line;
+    true = fused (K >= 2) or a one-line error; false = one at a time with ASHA."""
 
     def dimensions(self) -> list[Dimension]:
         """The space as Dimensions, in params.yaml's order (assumes `problems()` is empty)."""

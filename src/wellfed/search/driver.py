@@ -154,8 +154,9 @@ def _say_start(cfg: SearchConfig, p: Plan, parent: str, need: dict, options: str
                k: int = 0) -> None:
     """The start line (what, how many at once, where), and a resume's count of what is kept
     (fused trials, `k` per group, say their own)."""
-    at, why = (k, "fused trials: one group trains them in one step") if k else \
-        console.at_once(cfg.concurrent, need, cfg.trials)
+    at, why = ((k, "fused trials: one group trains them in one step") if k > 1 else
+               (1, "groups of one, halved in step") if k else
+               console.at_once(cfg.concurrent, need, cfg.trials))
     log = console.ray_tune_to_log(p.folder)
     print(f"[wellfed] search {p.search_id}: {cfg.trials} trials, {at} at once ({why})"
           + (f", sized by {options}" if options else "") + " over "

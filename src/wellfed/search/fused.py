@@ -60,8 +60,10 @@ def fused(cfg: SearchConfig, setting: Setting) -> bool:
 
 
 def group_size(cfg: SearchConfig, setting: Setting, client, parent: str, folder) -> int:
-    """K, the trials per fused group (0: one at a time with ASHA), chosen on the device a group
-    gets (a Ray task), printed and recorded on the parent run; a resumed search keeps its K."""
+    """K, the trials per fused group, chosen on the device a group gets (a Ray task), printed
+    and recorded on the parent run; a resumed search keeps its K. 1: a fused step is not
+    cheaper here, so groups of one, still halved in step across the search (fewer steps than
+    ASHA), or on a cluster of several nodes 0: one at a time with ASHA, side by side."""
     if not fused(cfg, setting):
         return 0
     import ray
@@ -70,6 +72,10 @@ def group_size(cfg: SearchConfig, setting: Setting, client, parent: str, folder)
     if kept.is_file():
         chosen = json.loads(kept.read_text())
         k, reason = int(chosen["k"]), chosen["reason"] + " (chosen when the search began)"
+        if k == 1 and "halving" not in chosen:  # begun by a wellfed that took 1 for ASHA
+            print(f"[wellfed] trials one at a time with ASHA, as when the search began: {reason}",
+                  flush=True)
+            return 0
     else:
         need, threads = place_group(setting)
         wanted = min(cfg.trials, SIZING_TRIALS)
@@ -78,15 +84,21 @@ def group_size(cfg: SearchConfig, setting: Setting, client, parent: str, folder)
         k, reason = choice.trials, choice.reason
         if k == 1 and cfg.fuse == "true":  # asked for by name: fused, the smallest useful K
             k, reason = min(cfg.trials, 4), reason + "; search.fuse true: fused anyway"
-        write_json(kept, {"k": k, "reason": reason})
+        write_json(kept, {"k": k, "reason": reason, "halving": "across the search"})
         client.set_tag(parent, "wellfed.search.fused", f"K={k}: {reason}")
-        client.log_param(parent, "search.fused_trials", k if k > 1 else 0)
-    if k == 1:
-        print(f"[wellfed] trials one at a time with ASHA: {reason}", flush=True)
+        client.log_param(parent, "search.fused_trials", k)
+    if k > 1:
+        print(f"[wellfed] fused trials: {k} per group, successive halving in step across the "
+              f"search ({reason})", flush=True)
+        return k
+    nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
+    if nodes > 1:  # ASHA runs trials side by side on every node; groups train one at a time
+        print(f"[wellfed] trials one at a time with ASHA, side by side on the cluster's {nodes} "
+              f"nodes: {reason}", flush=True)
         return 0
-    print(f"[wellfed] fused trials: {k} per group, successive halving in step ({reason})",
-          flush=True)
-    return k
+    print(f"[wellfed] trials in groups of one, successive halving in step across the search "
+          f"(fewer steps than ASHA's): {reason}", flush=True)
+    return 1
 
 
 def place_group(setting: Setting) -> tuple[dict, int]:

@@ -87,6 +87,8 @@ def search_phase(cfg: SearchConfig, setting: Setting, p, uri: str, parent: str,
                  k: int) -> tuning.Phase:
     """Successive halving across all the search's trials, K at a time (search/rounds.py)."""
     book = rounds.Book(p.folder)
+    if not book.trials and (older := story.ledger(p.folder, "search")):
+        book.adopt(older)  # finished under halving inside each group: kept as they ended
     teller = story.Story(uri, parent, p.search_id, "search", p.folder, p.metric,
                          Rungs([], cfg.reduction_factor, p.lower), p.full, cfg.trials)
     if book.trials:

@@ -47,6 +47,16 @@ class Book:
         entry["step"] = int(reports[-1]["step"]) if reports else entry.get("step", 0)
         write_json(self.path, self.trials)
 
+    def adopt(self, finished: dict[str, dict]) -> None:
+        """Trials a search begun by an older wellfed (halving inside each group) finished: kept
+        as they ended, ranked with the others at the rungs they reached."""
+        for trial, entry in finished.items():
+            reports = entry["reports"]
+            self.trials[trial] = {"config": entry["config"], "reports": reports, "ended": True,
+                                  "seed": reports[-1].get("seed") if reports else None,
+                                  "step": int(reports[-1]["step"]) if reports else 0}
+        write_json(self.path, self.trials)
+
     def end(self, trial: str) -> None:
         self.trials[trial]["ended"] = True
         write_json(self.path, self.trials)
@@ -127,7 +137,8 @@ class Rounds:
         halved(self.teller, self.book, reached, keep, here, level, len(rungs), self.metric,
                self.lower)
         spent(self.states, set(reached) - set(keep), here)
-        groups = even([t for t in keep if self.book.trials[t]["step"] < there], self.k)
+        groups = even([t for t in keep if self.book.trials[t]["step"] < there
+                       and not self.book.trials[t].get("ended")], self.k)
         for n, trials in enumerate(groups, 1):
             entries = [self.book.trials[t] for t in trials]
             members = [(t, e["config"], e["config"], e["seed"]) for t, e in zip(trials, entries)]

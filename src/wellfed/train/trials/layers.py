@@ -57,6 +57,8 @@ class TrialLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         k = self.weight.shape[0]
+        if k == 1:  # a group of one: the Linear a trial alone runs
+            return F.linear(x, self.weight[0], None if self.bias is None else self.bias[0])
         flat = x.reshape(k, -1, x.shape[-1])
         if self.bias is None:
             out = torch.bmm(flat, self.weight.transpose(1, 2))
@@ -80,6 +82,8 @@ class TrialEmbedding(nn.Module):
             out = torch.stack([F.embedding(ids[0], w, self.padding_idx) for w in self.weight])
             return out[:, None].expand(-1, f.rows, *out.shape[1:]).reshape(
                 f.trials * f.rows, *out.shape[1:])
+        if f.trials == 1:
+            return F.embedding(ids, self.weight[0], self.padding_idx)
         blocks = ids.reshape(f.trials, -1, *ids.shape[1:])
         return torch.cat([F.embedding(b, w, self.padding_idx)
                           for b, w in zip(blocks, self.weight)])
@@ -95,6 +99,9 @@ class TrialLayerNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         k = current().trials
+        if k == 1:
+            return F.layer_norm(x, self.shape, self.weight[0],
+                                None if self.bias is None else self.bias[0], self.eps)
         blocks = [F.layer_norm(b, self.shape, w, None if self.bias is None else bias, self.eps)
                   for b, w, bias in zip(x.reshape(k, -1, *x.shape[1:]), self.weight,
                                         self.bias if self.bias is not None
