@@ -20,7 +20,8 @@ sees it, minus its steps and validations); each chosen recipe's 3 seeds against 
 winner's 3 seeds (wellfed-compare's two-way bootstrap over seeds and rows, validation split).
   asha     (WELLFED_BENCH_SIDES=search,trainer,asha) the same search one trial at a time with
            ASHA (search.fuse false); `search` itself runs with search.fuse auto (fused where the
-           space and the device allow: the line the search printed is kept).
+           space and the device allow, else groups of one; successive halving in step across
+           the search either way: the line the search printed is kept).
 WELLFED_BENCH_SIDES picks and orders the sides (default search,grid,trainer);
 WELLFED_BENCH_FUSE sets the `search` side's search.fuse (default auto; true: fused even where
 auto measured one at a time faster, written to search_fuse-true.json); WELLFED_BENCH_NAME names
@@ -134,7 +135,14 @@ def search_side(project: Path, fuse: str = "auto") -> dict:
     overhead = []
     for e in entries:
         timing = e["reports"][-1]["timing"]
-        overhead.append(e["wall_s"] - timing.get("steps", 0) - timing.get("validation", 0))
+        if "total" in timing:  # a fused group's: a trial spans a group per rung, and waits
+            # between them for the other groups; its overhead is each group's own (model load,
+            # setup), the group's wall inside its Ray task less its steps and validations
+            groups = {json.dumps(r["timing"], sort_keys=True): r["timing"] for r in e["reports"]}
+            overhead.append(sum(t["total"] - t.get("steps", 0) - t.get("validation", 0)
+                                for t in groups.values()))
+        else:
+            overhead.append(e["wall_s"] - timing.get("steps", 0) - timing.get("validation", 0))
     winner = result["final_check"]["winner"]
     runs = [e["reports"][-1] for e in entries if e["phase"] == "proof"
             and e["config"]["proof"]["recipe"] == winner]
@@ -147,7 +155,8 @@ def search_side(project: Path, fuse: str = "auto") -> dict:
                                                             result["final_check"].items()},
         "winner": winner, "winner_exp": result.get("winner_exp"), "fuse": fuse,
         "fused_line": next((text for _, text in lines if text.startswith(
-            ("[wellfed] fused trials: ", "[wellfed] trials one at a time"))), None),
+            ("[wellfed] fused trials: ", "[wellfed] trials one at a time",
+             "[wellfed] trials in groups of one"))), None),
         "equal_learning": result.get("equal_learning"),
         "overhead_s": {"median": round(statistics.median(overhead), 2),
                        "max": round(max(overhead), 2), "min": round(min(overhead), 2),

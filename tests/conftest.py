@@ -15,6 +15,13 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Before torch is imported here, and for every process a test starts (stages, Ray workers,
+# servers): OpenMP threads that wait sleep instead of spinning. The tiers run a test per core,
+# so a process using both cores (evaluate, predict, a fused search group) shares them with
+# another worker's, and spinning threads then burn the CPU the other one needs: two torch
+# processes on both cores side by side trained 6.97x slower than with passive waiting (28.41 s
+# against 4.08 s; alone, passive costs 1.03x: benchmarks/omp_wait.py, 2026-11-29).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 PROJECT = Path(__file__).resolve().parents[1]
 SST2 = PROJECT.parent / "shared" / "data" / "sst2"
