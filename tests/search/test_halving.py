@@ -219,3 +219,33 @@ def test_k_of_one_trains_groups_of_one_halved_in_step_but_asha_on_several_nodes(
     nodes.pop()
     assert fused.group_size(cfg, setting, client, "p", tmp_path) == 0
     assert "with ASHA, as when the search began" in capsys.readouterr().out
+
+
+def test_trials_an_older_search_finished_are_kept_as_they_ended_and_ranked(monkeypatch,
+                                                                          tmp_path):
+    """A search begun by a wellfed that halved inside each group: its ledger's trials are
+    adopted (ended where they ended), only the trials it never began train."""
+    from wellfed.search import rounds
+
+    calls = []
+
+    def trained(task, members, setting, threads, states, start, stop_at):
+        calls.append(([m[0] for m in members], start, stop_at))
+        return [{"reports": [{"step": stop_at or setting.full,
+                              "val/f1": m[2]["lr"] / 100 + (stop_at or 36) / 1000}]}
+                for m in members]
+
+    monkeypatch.setattr(rounds.fused, "trained", trained)
+    monkeypatch.setattr(rounds.fused, "place_group", lambda setting: ({}, 1))
+    book = rounds.Book(tmp_path)
+    book.adopt({f"s_{n:05d}": {"config": {"lr": n}, "reports": [
+        {"step": 4, "seed": 1, "val/f1": 0.9 if n == 0 else 0.01}]} for n in range(4)})
+    cfg = SearchConfig(space=SPACE, trials=6, reduction_factor=3)
+    setting = SimpleNamespace(rungs=(4, 12, 36), full=36)
+    p = SimpleNamespace(folder=tmp_path, metric="val/f1", lower=False)
+    teller = Teller()
+    ids = [f"s_{n:05d}" for n in range(6)]
+    assert rounds.search_rounds(cfg, setting, p, teller, Asked(), ids, 4) is None
+    # the two new ones to rung 1; of the best 2 of 6 there, the adopted s_00000 stays ended
+    assert calls == [(["s_00004", "s_00005"], 0, 4), (["s_00005"], 4, 12), (["s_00005"], 12, 0)]
+    assert "s_00000" not in teller.done  # ended by the older search, not again
