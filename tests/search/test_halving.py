@@ -137,13 +137,40 @@ class Asked:
         self.told += [m[0] for m in members]
 
 
+def fake_ray(monkeypatch, trained, slots: int = 1, events: list | None = None) -> None:
+    """search/rounds.py without Ray: a group's task is `trained(task, members, setting,
+    threads, states, start, stop_at)`, run when the driver gets its result; Ray's wait hands
+    back the group started first."""
+    import ray
+
+    from wellfed.search import rounds
+
+    class Ref:
+        def __init__(self, *args):
+            self.args = args
+            if events is not None:
+                events.append(("start", [m[0] for m in args[1]]))
+
+    def get(ref):
+        if events is not None:
+            events.append(("end", [m[0] for m in ref.args[1]]))
+        return trained(*ref.args)
+
+    monkeypatch.setattr(rounds.fused, "submit", Ref)
+    monkeypatch.setattr(ray, "wait", lambda refs, num_returns=1: (refs[:1], refs[1:]))
+    monkeypatch.setattr(ray, "get", get)
+    monkeypatch.setattr(ray, "cancel", lambda ref, force=False: None)
+    monkeypatch.setattr(rounds.fused, "place_group", lambda setting: ({}, 1))
+    monkeypatch.setattr(rounds.fused, "groups_at_once", lambda need: slots)
+
+
 def test_halving_across_the_search_ranks_all_trials_at_each_rung_and_resumes(monkeypatch,
                                                                              tmp_path):
     from wellfed.search import rounds
 
     calls = []
 
-    def trained(task, members, setting, threads, states, start, stop_at):
+    def trained(task, members, setting, threads, states, start=0, stop_at=0):
         calls.append(([m[0] for m in members], start, stop_at))
         if stop_at == 12 and len(calls) == 6:
             raise KeyboardInterrupt  # stopped in the second group to rung 2
@@ -154,8 +181,7 @@ def test_halving_across_the_search_ranks_all_trials_at_each_rung_and_resumes(mon
         return [{"reports": [{"step": step, "val/f1": m[2]["lr"] / 100 + step / 1000}]}
                 for m in members]
 
-    monkeypatch.setattr(rounds.fused, "trained", trained)
-    monkeypatch.setattr(rounds.fused, "place_group", lambda setting: ({}, 1))
+    fake_ray(monkeypatch, trained)
     cfg = SearchConfig(space=SPACE, trials=16, reduction_factor=3)
     setting = SimpleNamespace(rungs=(4, 12, 36), full=36)
     p = SimpleNamespace(folder=tmp_path, metric="val/f1", lower=False)
@@ -229,14 +255,13 @@ def test_trials_an_older_search_finished_are_kept_as_they_ended_and_ranked(monke
 
     calls = []
 
-    def trained(task, members, setting, threads, states, start, stop_at):
+    def trained(task, members, setting, threads, states, start=0, stop_at=0):
         calls.append(([m[0] for m in members], start, stop_at))
         return [{"reports": [{"step": stop_at or setting.full,
                               "val/f1": m[2]["lr"] / 100 + (stop_at or 36) / 1000}]}
                 for m in members]
 
-    monkeypatch.setattr(rounds.fused, "trained", trained)
-    monkeypatch.setattr(rounds.fused, "place_group", lambda setting: ({}, 1))
+    fake_ray(monkeypatch, trained)
     book = rounds.Book(tmp_path)
     book.adopt({f"s_{n:05d}": {"config": {"lr": n}, "reports": [
         {"step": 4, "seed": 1, "val/f1": 0.9 if n == 0 else 0.01}]} for n in range(4)})
@@ -249,3 +274,44 @@ def test_trials_an_older_search_finished_are_kept_as_they_ended_and_ranked(monke
     # the two new ones to rung 1; of the best 2 of 6 there, the adopted s_00000 stays ended
     assert calls == [(["s_00004", "s_00005"], 0, 4), (["s_00005"], 4, 12), (["s_00005"], 12, 0)]
     assert "s_00000" not in teller.done  # ended by the older search, not again
+
+
+def test_groups_of_a_rung_train_side_by_side_where_ray_has_room(monkeypatch, tmp_path):
+    """Two devices: two groups at once; TPE proposes each group when a device is free for it,
+    from the trials ended before; a group the device ran out of memory for trains as two."""
+    import ray
+    import torch
+
+    from wellfed.search import rounds
+
+    events, told = [], []
+
+    def trained(task, members, setting, threads, states, start=0, stop_at=0):
+        if len(members) == 3 and start == 4:
+            raise ray.exceptions.RayTaskError("train_group", "traceback",
+                                              torch.OutOfMemoryError("CUDA out of memory"))
+        return [{"reports": [{"step": stop_at or setting.full,
+                              "val/f1": int(m[0][-2:]) / 100}]} for m in members]
+
+    class Told(Asked):
+        def tell(self, members, results):
+            told.append([m[0] for m in members])
+
+    fake_ray(monkeypatch, trained, slots=2, events=events)
+    cfg = SearchConfig(space=SPACE, trials=16, reduction_factor=3)
+    setting = SimpleNamespace(rungs=(4, 12, 36), full=36)
+    p = SimpleNamespace(folder=tmp_path, metric="val/f1", lower=False)
+    (tmp_path / "groups").mkdir()
+    ids = [f"s_{n:05d}" for n in range(16)]
+    assert rounds.search_rounds(cfg, setting, p, Teller(), Told(), ids, 4) is None
+    first = [e for e in events[:8]]
+    assert [kind for kind, _ in first] == ["start", "start", "end", "start", "end", "start",
+                                          "end", "end"]  # two at a time, a third when one ends
+    assert told == [ids[0:4], ids[4:8], ids[8:12], ids[12:16]]
+    # rung 2: the best 5 as 2 + 3 side by side; the 3 ran out of memory: 1 + 2 instead
+    later = [(kind, trials) for kind, trials in events[8:]]
+    assert later[:4] == [("start", ["s_00015", "s_00014"]),
+                         ("start", ["s_00013", "s_00012", "s_00011"]),
+                         ("end", ["s_00015", "s_00014"]),
+                         ("end", ["s_00013", "s_00012", "s_00011"])]
+    assert ("start", ["s_00013"]) in later and ("start", ["s_00012", "s_00011"]) in later

@@ -101,6 +101,18 @@ def group_size(cfg: SearchConfig, setting: Setting, client, parent: str, folder)
     return 1
 
 
+def groups_at_once(need: dict) -> int:
+    """How many groups Ray can train side by side: one per GPU where a group takes a GPU (and
+    its CPUs), else one per node's worth of CPUs."""
+    import ray
+
+    total = ray.cluster_resources()
+    fit = int(total.get("CPU", 0) // max(1, need.get("num_cpus", 1)))
+    if need.get("num_gpus"):
+        fit = min(fit, int(total.get("GPU", 0) // need["num_gpus"]))
+    return max(1, fit)
+
+
 def place_group(setting: Setting) -> tuple[dict, int]:
     """What a group asks Ray for (a whole GPU, or one node's CPUs) and its torch threads."""
     import ray
@@ -269,31 +281,43 @@ def proposed(states: Path, members: list[tuple], ask) -> list[tuple]:
     return members
 
 
-def trained(task, members: list[tuple], setting: Setting, threads: int, states: Path,
-            start: int = 0, stop_at: int = 0) -> list[dict]:
-    """A group's results from its Ray task; a group the device runs out of memory for is
-    trained again as two halves (said in one line), down to one trial. With `start` or
-    `stop_at` (search/rounds.py) its members go on from their states at step `start` and
-    stop at `stop_at`, where each member's state is kept (`<trial>@<step>.pt` in `states`)."""
-    import ray
-
+def submit(task, members: list[tuple], setting: Setting, threads: int, states: Path,
+           start: int = 0, stop_at: int = 0):
+    """Start a group's Ray task; returns its ref. With `start` or `stop_at` (search/rounds.py)
+    its members go on from their states at step `start` and stop at `stop_at`, where each
+    member's state is kept (`<trial>@<step>.pt` in `states`)."""
     def at(step: int) -> list[str] | None:
         return [str((states / f"{m[0]}@{step}.pt").resolve()) for m in members] if step else None
 
     saved = None if start or stop_at else str((states / f"{members[0][0]}-{members[-1][0]}.pt")
                                               .resolve())
-    ref = task.remote(setting, [(m[2], m[3]) for m in members], threads, saved, at(start),
-                      stop_at, at(stop_at))
+    return task.remote(setting, [(m[2], m[3]) for m in members], threads, saved, at(start),
+                       stop_at, at(stop_at))
+
+
+def halves(error, members: list[tuple]) -> list[list[tuple]]:
+    """A group the device ran out of memory for, as two groups to train instead (said in one
+    line); any other error, or a group of one, is raised."""
+    if "OutOfMemoryError" not in type(error.cause).__name__ or len(members) == 1:
+        raise error
+    half = len(members) // 2
+    print(f"[wellfed] a group of {len(members)} fused trials ran out of device memory: "
+          f"trained again as {half} + {len(members) - half}", flush=True)
+    return [members[:half], members[half:]]
+
+
+def trained(task, members: list[tuple], setting: Setting, threads: int, states: Path,
+            start: int = 0, stop_at: int = 0) -> list[dict]:
+    """A group's results from its Ray task (`submit`); a group the device runs out of memory
+    for is trained again as two halves, down to one trial."""
+    import ray
+
+    ref = submit(task, members, setting, threads, states, start, stop_at)
     try:
         return ray.get(ref)
     except KeyboardInterrupt:
         ray.cancel(ref, force=True)
         raise
     except ray.exceptions.RayTaskError as error:
-        if "OutOfMemoryError" not in type(error.cause).__name__ or len(members) == 1:
-            raise
-    half = len(members) // 2
-    print(f"[wellfed] a group of {len(members)} fused trials ran out of device memory: "
-          f"trained again as {half} + {len(members) - half}", flush=True)
-    return (trained(task, members[:half], setting, threads, states, start, stop_at)
-            + trained(task, members[half:], setting, threads, states, start, stop_at))
+        return [got for part in halves(error, members)
+                for got in trained(task, part, setting, threads, states, start, stop_at)]

@@ -87,7 +87,8 @@ def search_rounds(cfg, setting, p, teller, proposer, ids: list[str], k: int) -> 
 
     need, threads = fused.place_group(setting)
     run = Rounds(ray.remote(fused.train_group).options(**need), setting, threads,
-                 p.folder / "groups", teller, Book(p.folder), p.metric, p.lower, k)
+                 p.folder / "groups", teller, Book(p.folder), p.metric, p.lower, k,
+                 fused.groups_at_once(need))
     rungs = sorted({r for r in setting.rungs if r < setting.full} | {setting.full})
     with fused.polite_stop() as received:
         try:
@@ -104,30 +105,38 @@ def search_rounds(cfg, setting, p, teller, proposer, ids: list[str], k: int) -> 
 
 
 class Rounds:
-    """The search's groups, rung after rung."""
+    """The search's groups, rung after rung; within a rung, as many groups at once as Ray has
+    devices for (`slots`: one per GPU, or one per node of CPUs)."""
 
     def __init__(self, task, setting, threads: int, states: Path, teller, book: Book,
-                 metric: str, lower: bool, k: int):
+                 metric: str, lower: bool, k: int, slots: int = 1):
         self.task, self.setting, self.threads, self.states = task, setting, threads, states
         self.teller, self.book, self.metric, self.lower, self.k = teller, book, metric, lower, k
+        self.slots = max(1, slots)
 
     def first_rung(self, ids: list[str], rungs: list[int], proposer, seed: int,
                    rf: int) -> None:
-        """Every trial to the first rung, TPE proposing each group from those there before."""
-        todo = [t for t in ids if t not in self.book.trials]
+        """Every trial to the first rung, TPE proposing each group (when a device is free for
+        it) from those there before."""
         step = rungs[0]
-        groups = even(todo, self.k)
-        for n, members in enumerate(groups, 1):
-            members = fused.proposed(self.states, [(t, None, None, seed) for t in members],
-                                     proposer)
-            print(f"[wellfed] search: to rung 1 of {len(rungs)} (step {step}), group {n}/"
-                  f"{len(groups)}: {len(members)} trial(s) fused "
-                  f"({', '.join(m[0] for m in members)})", flush=True)
-            results = self.trained(members, 0, step if step < self.setting.full else 0)
+        groups = even([t for t in ids if t not in self.book.trials], self.k)
+
+        def proposals():
+            for n, trials in enumerate(groups, 1):
+                members = fused.proposed(self.states, [(t, None, None, seed) for t in trials],
+                                         proposer)
+                print(f"[wellfed] search: to rung 1 of {len(rungs)} (step {step}), group {n}/"
+                      f"{len(groups)}: {len(members)} trial(s) fused "
+                      f"({', '.join(m[0] for m in members)})", flush=True)
+                yield members
+
+        def done(members: list[tuple], results: list[dict]) -> None:
             proposer.tell(members, results)
             (self.states / f"{members[0][0]}-members.json").unlink(missing_ok=True)
             going = best(self.book, step, self.metric, self.lower, max(1, len(ids) // rf))
             spent(self.states, set(self.book.at(step)) - set(going), step)
+
+        self.train(proposals(), 0, step if step < self.setting.full else 0, done)
 
     def next_rung(self, rungs: list[int], level: int, rf: int) -> None:
         """The best 1/rf of the trials at rung `level` (its step) to the next; the rest end."""
@@ -139,23 +148,54 @@ class Rounds:
         spent(self.states, set(reached) - set(keep), here)
         groups = even([t for t in keep if self.book.trials[t]["step"] < there
                        and not self.book.trials[t].get("ended")], self.k)
-        for n, trials in enumerate(groups, 1):
-            entries = [self.book.trials[t] for t in trials]
-            members = [(t, e["config"], e["config"], e["seed"]) for t, e in zip(trials, entries)]
-            print(f"[wellfed] search: to rung {level + 1} of {len(rungs)} (step {there}), "
-                  f"group {n}/{len(groups)}: {len(members)} trial(s) fused, the best "
-                  f"{len(keep)} of the {len(reached)} at step {here} ({', '.join(trials)})",
-                  flush=True)
-            self.trained(members, here, there if there < self.setting.full else 0)
-            spent(self.states, set(trials), here)
 
-    def trained(self, members: list[tuple], start: int, stop_at: int) -> list[dict]:
-        """One group from step `start` (its trials' slices there; 0: afresh) to `stop_at` (0:
-        the full budget), its trials' reports told to their child runs and written down."""
-        for trial, config, _recipe, _seed in members:
-            opened(self.teller, self.book, trial, config)
-        results = fused.trained(self.task, members, self.setting, self.threads, self.states,
-                                start, stop_at)
+        def members():
+            for n, trials in enumerate(groups, 1):
+                entries = [self.book.trials[t] for t in trials]
+                print(f"[wellfed] search: to rung {level + 1} of {len(rungs)} (step {there}), "
+                      f"group {n}/{len(groups)}: {len(trials)} trial(s) fused, the best "
+                      f"{len(keep)} of the {len(reached)} at step {here} ({', '.join(trials)})",
+                      flush=True)
+                yield [(t, e["config"], e["config"], e["seed"]) for t, e in zip(trials, entries)]
+
+        self.train(members(), here, there if there < self.setting.full else 0,
+                   lambda trained, _results: spent(self.states, {m[0] for m in trained}, here))
+
+    def train(self, groups, start: int, stop_at: int, done) -> None:
+        """Train `groups` (an iterator, drawn when a device is free) from step `start` (their
+        trials' slices there; 0: afresh) to `stop_at` (0: the full budget), `slots` at once;
+        as each ends, its trials' reports go to their child runs and the book, then
+        `done(members, results)`. A group the device runs out of memory for trains again as
+        two; a stop cancels every group under way."""
+        import ray
+
+        running: dict = {}
+        again: list[list[tuple]] = []
+        try:
+            while True:
+                while len(running) < self.slots and (members := again.pop(0) if again
+                                                     else next(groups, None)) is not None:
+                    for trial, config, _recipe, _seed in members:
+                        opened(self.teller, self.book, trial, config)
+                    running[fused.submit(self.task, members, self.setting, self.threads,
+                                         self.states, start, stop_at)] = members
+                if not running:
+                    return
+                (ready,), _ = ray.wait(list(running), num_returns=1)
+                members = running.pop(ready)
+                try:
+                    results = ray.get(ready)
+                except ray.exceptions.RayTaskError as error:
+                    again[:0] = fused.halves(error, members)
+                    continue
+                self.record(members, results, stop_at)
+                done(members, results)
+        except KeyboardInterrupt:
+            for ref in running:
+                ray.cancel(ref, force=True)
+            raise
+
+    def record(self, members: list[tuple], results: list[dict], stop_at: int) -> None:
         for (trial, config, _recipe, seed), got in zip(members, results):
             for report in got["reports"]:
                 report["phase"] = "search"
@@ -163,7 +203,6 @@ class Rounds:
             self.book.record(trial, config, seed, got["reports"])
             if not stop_at:
                 ended(self.teller, self.book, trial)
-        return results
 
 
 def halved(teller, book: Book, reached: list[str], keep: list[str], step: int, level: int,
