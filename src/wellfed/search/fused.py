@@ -92,7 +92,8 @@ def group_size(cfg: SearchConfig, setting: Setting, client, parent: str, folder)
               f"search ({reason})", flush=True)
         return k
     nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
-    if nodes > 1:  # ASHA runs trials side by side on every node; groups train one at a time
+    if nodes > 1:  # ASHA fits trials of ray.cpus_per_worker on every node and waits at no
+        # rung; a group of one takes a node's worth of CPUs and waits for its rung's others
         print(f"[wellfed] trials one at a time with ASHA, side by side on the cluster's {nodes} "
               f"nodes: {reason}", flush=True)
         return 0
