@@ -1,15 +1,11 @@
-"""The search with fused trials (train/trials/): TPE proposes a group of K recipes at a time
-from everything finished, the group trains as one model with successive halving in step (at
-each rung the group validates in one pass, the best 1/reduction_factor go on, the rest stop),
-and the final check trains the finalists fused too, one group per seed.
-
-A group runs as one Ray task on one device (ray.gpus_per_worker > 0: a whole GPU; a CPU: the
-node's cores), so the same search runs on a cluster; the driver writes each trial's child run
-and ledger entry (search/story.py) when its group ends. K is chosen once per search, from the
-device (train/trials/sizing.py), printed and recorded on the parent run. A stopped search
-resumes from its last finished group (TPE is told every finished trial again, in order), and
-the group it stopped in goes on from its last rung: the group writes its state there
-(train/trials/resume.py) to `groups/` in the search's folder, beside the recipes TPE gave it.
+"""The search with fused trials (train/trials/): a group of K trials trains as one model, one
+Ray task on one device (ray.gpus_per_worker > 0: a whole GPU; a CPU: the node's cores), so the
+same search runs on a cluster. Here: whether a search can fuse, K (chosen once per search from
+the device, train/trials/sizing.py, printed and recorded on the parent run), a group's task and
+its results as a search trial reports them, and the final check's groups (the finalists, one
+group per seed, each writing its state at the rungs to `groups/` in the search's folder and
+going on from there after a stop: train/trials/resume.py). The search phase's successive
+halving across all its trials, group by group and rung by rung, is search/rounds.py.
 """
 
 from __future__ import annotations
