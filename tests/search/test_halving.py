@@ -137,10 +137,12 @@ class Asked:
         self.told += [m[0] for m in members]
 
 
-def fake_ray(monkeypatch, trained, slots: int = 1, events: list | None = None) -> None:
+def fake_ray(monkeypatch, trained, slots: int = 1, events: list | None = None,
+             writes: bool = True) -> None:
     """search/rounds.py without Ray: a group's task is `trained(task, members, setting,
-    threads, states, start, stop_at)`, run when the driver gets its result; Ray's wait hands
-    back the group started first."""
+    threads, states, start, stop_at)`, run when the driver gets its result, then (`writes`)
+    each member's state file written as the task writes it; Ray's wait hands back the group
+    started first."""
     import ray
 
     from wellfed.search import rounds
@@ -154,7 +156,11 @@ def fake_ray(monkeypatch, trained, slots: int = 1, events: list | None = None) -
     def get(ref):
         if events is not None:
             events.append(("end", [m[0] for m in ref.args[1]]))
-        return trained(*ref.args)
+        got = trained(*ref.args)
+        _task, members, _setting, _threads, states, _start, stop_at = (ref.args + (0, 0))[:7]
+        for m in members if writes and stop_at else []:
+            (states / f"{m[0]}@{stop_at}.pt").write_text("slice")
+        return got
 
     monkeypatch.setattr(rounds.fused, "submit", Ref)
     monkeypatch.setattr(ray, "wait", lambda refs, num_returns=1: (refs[:1], refs[1:]))
@@ -315,3 +321,20 @@ def test_groups_of_a_rung_train_side_by_side_where_ray_has_room(monkeypatch, tmp
                          ("end", ["s_00015", "s_00014"]),
                          ("end", ["s_00013", "s_00012", "s_00011"])]
     assert ("start", ["s_00013"]) in later and ("start", ["s_00012", "s_00011"]) in later
+
+
+def test_a_state_written_on_another_machine_stops_the_search_in_one_line(monkeypatch,
+                                                                        tmp_path):
+    from wellfed.search import rounds
+
+    def trained(task, members, setting, threads, states, start=0, stop_at=0):
+        return [{"reports": [{"step": stop_at, "val/f1": 0.5}]} for m in members]
+
+    fake_ray(monkeypatch, trained, writes=False)  # the task's files landed elsewhere
+    cfg = SearchConfig(space=SPACE, trials=2, reduction_factor=2)
+    setting = SimpleNamespace(rungs=(4, 8), full=8)
+    p = SimpleNamespace(folder=tmp_path, metric="val/f1", lower=False)
+    with pytest.raises(ValueError, match=r"trial s_00000's state at step 4 is not in .*groups: "
+                                         r"its group trained on another machine") as err:
+        rounds.search_rounds(cfg, setting, p, Teller(), Asked(), ["s_00000", "s_00001"], 2)
+    assert "\n" not in str(err.value) and "search.fuse: false" in str(err.value)

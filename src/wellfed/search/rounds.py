@@ -196,6 +196,15 @@ class Rounds:
             raise
 
     def record(self, members: list[tuple], results: list[dict], stop_at: int) -> None:
+        for trial, *_rest in members if stop_at else []:
+            kept = self.states / f"{trial}@{stop_at}.pt"
+            if not kept.is_file():  # written on the machine that trained the group
+                raise ValueError(
+                    f"trial {trial}'s state at step {stop_at} is not in {kept.parent}: its group "
+                    "trained on another machine of the Ray cluster, and the next rung's group "
+                    "must read it; put data/search on storage every machine shares (a "
+                    "symlink to an NFS folder), or set search.fuse: false (ASHA, one trial at "
+                    "a time)")
         for (trial, config, _recipe, seed), got in zip(members, results):
             for report in got["reports"]:
                 report["phase"] = "search"
