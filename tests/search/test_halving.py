@@ -166,7 +166,7 @@ def fake_ray(monkeypatch, trained, slots: int = 1, events: list | None = None,
     monkeypatch.setattr(ray, "wait", lambda refs, num_returns=1: (refs[:1], refs[1:]))
     monkeypatch.setattr(ray, "get", get)
     monkeypatch.setattr(ray, "cancel", lambda ref, force=False: None)
-    monkeypatch.setattr(rounds.fused, "place_group", lambda setting: ({}, 1))
+    monkeypatch.setattr(rounds.fused, "place_group", lambda setting, k=0: ({}, 1))
     monkeypatch.setattr(rounds.fused, "groups_at_once", lambda need: slots)
 
 
@@ -236,7 +236,7 @@ def test_k_of_one_trains_groups_of_one_halved_in_step_but_asha_on_several_nodes(
     monkeypatch.setattr(ray, "remote", lambda fn: Remote())
     monkeypatch.setattr(ray, "get", lambda ref: ref)
     monkeypatch.setattr(ray, "nodes", lambda: nodes)
-    monkeypatch.setattr(fused, "place_group", lambda setting: ({}, 1))
+    monkeypatch.setattr(fused, "place_group", lambda setting, k=0: ({}, 1))
     setting = SimpleNamespace(train=TrainConfig(), model=ModelConfig())
     cfg = SearchConfig(space=SPACE)
     assert fused.group_size(cfg, setting, client, "p", tmp_path) == 1

@@ -131,7 +131,8 @@ class SearchConfig:
     concurrent: int = 0
     """Trials at once: 0 = as many as the Ray cluster fits (ray.cpus_per_worker CPUs and
     ray.gpus_per_worker of a GPU each). TPE learns from finished rungs, so fewer at once
-    proposes better recipes."""
+    proposes better recipes. Fused trials: groups at once (a group takes a GPU, a node's
+    CPUs, or a group of one ray.cpus_per_worker)."""
     min_steps: int = 16
     """The smallest budget, in optimizer steps: ASHA's first rung, where the first trials are
     stopped. Its rungs are min_steps x reduction_factor^k up to max_steps."""

@@ -110,12 +110,17 @@ def groups_at_once(need: dict) -> int:
     return max(1, fit)
 
 
-def place_group(setting: Setting) -> tuple[dict, int]:
-    """What a group asks Ray for (a whole GPU, or one node's CPUs) and its torch threads."""
+def place_group(setting: Setting, k: int = 0) -> tuple[dict, int]:
+    """What a group asks Ray for and its torch threads: a whole GPU; on CPUs one node's (a
+    group of `k` fused trials, or the sizing), or a trial's own, ray.cpus_per_worker (a group
+    of one, placed as ASHA places a trial: on this 2-core machine two such groups side by side
+    on one thread each step faster than one on both)."""
     import ray
 
     if setting.use_gpu:
         return {"num_cpus": setting.threads, "num_gpus": 1}, setting.threads
+    if k == 1:
+        return {"num_cpus": setting.threads}, setting.threads
     cpus = max(int(n.get("Resources", {}).get("CPU", 1)) for n in ray.nodes() if n.get("Alive"))
     return {"num_cpus": cpus}, cpus
 
@@ -212,42 +217,6 @@ def train_group(setting: Setting, members: list[tuple[dict, int]], threads: int,
             reports[-1]["predicted"] = encode(np.asarray(out.logits[k]).argmax(-1))
         results.append({"reports": reports, "resumed_at": out.resumed_at})
     return results
-
-
-def run_groups(groups: list[list[tuple[str, dict, dict, int]]], phase: str,
-               setting: Setting, teller) -> int | None:
-    """Train each group (a list of (trial id, Tune-style config, recipe, seed)) to the full
-    budget, validating at the rungs. Returns the signal that stopped the phase, or None."""
-    import ray
-
-    need, threads = place_group(setting)
-    task = ray.remote(train_group).options(**need)
-    states = teller.folder / "groups"
-    with polite_stop() as received:
-        try:
-            for n, members in enumerate(groups, 1):
-                print(f"[wellfed] {phase} group {n}/{len(groups)}: {len(members)} trial(s) "
-                      f"fused ({', '.join(m[0] for m in members)})", flush=True)
-                for trial, config, _recipe, _seed in members:
-                    teller.start(trial, config, by_config=False)
-                results = trained(task, members, setting, threads, states)
-                resumed = max(r.get("resumed_at", 0) for r in results)
-                if resumed:
-                    print(f"[wellfed] {phase} group {n}/{len(groups)} went on from its last "
-                          f"rung (step {resumed}): the steps before it were not trained again",
-                          flush=True)
-                for (trial, _config, _recipe, _seed), got in zip(members, results):
-                    for report in got["reports"]:
-                        report["phase"] = phase
-                        teller.result(trial, report)
-                    teller.complete(trial)
-                for trial, *_rest in members:  # recorded: the group's state is spent
-                    for path in states.glob(f"{trial}-*"):
-                        path.unlink()
-        except KeyboardInterrupt:
-            teller.interrupted()
-            return received[0] if received else signal.SIGINT
-    return None
 
 
 @contextlib.contextmanager

@@ -7,6 +7,8 @@ seed when that seed is one of them (trained once, not twice).
 
 from __future__ import annotations
 
+import signal
+
 from wellfed.config import SearchConfig
 from wellfed.search import fused, proof, rounds, space, story, tuning
 from wellfed.search.rungs import Rungs
@@ -134,8 +136,52 @@ def proof_phase(cfg: SearchConfig, setting: Setting, p, uri: str, parent: str,
         todo.append((trial, {"proof": config}, config["recipe"], config["seed"]))
     by_seed = [[m for m in todo if m[3] == seed] for seed in cfg.seeds]
     groups = [g for members in by_seed if members for g in chunks(members, k)]
-    stopped = fused.run_groups(groups, "proof", setting, teller)
+    stopped = proof_groups(groups, cfg, setting, teller, k)
     return tuning.Phase("fused-proof", stopped, [])
+
+
+def proof_groups(groups: list[list[tuple]], cfg: SearchConfig, setting: Setting, teller,
+                 k: int) -> int | None:
+    """Train each group (a list of (trial id, Tune-style config, recipe, seed)) to the full
+    budget, validating at the rungs, side by side where Ray has room; a group writes its state
+    at each rung and goes on from it after a stop. Returns the signal that stopped the phase,
+    or None."""
+    import ray
+
+    need, threads = fused.place_group(setting, k)
+    task = ray.remote(fused.train_group).options(**need)
+    states = teller.folder / "groups"
+    numbered = {id(members): n for n, members in enumerate(groups, 1)}
+
+    def submit(members: list[tuple]):
+        n = numbered.get(id(members))
+        print(f"[wellfed] proof group {n or '(a half)'}/{len(groups)}: {len(members)} trial(s) "
+              f"fused ({', '.join(m[0] for m in members)})", flush=True)
+        for trial, config, _recipe, _seed in members:
+            teller.start(trial, config, by_config=False)
+        return fused.submit(task, members, setting, threads, states)
+
+    def done(members: list[tuple], results: list[dict]) -> None:
+        if resumed := max(r.get("resumed_at", 0) for r in results):
+            print(f"[wellfed] proof group {numbered.get(id(members), '(a half)')}/{len(groups)} "
+                  f"went on from its last rung (step {resumed}): the steps before it were not "
+                  "trained again", flush=True)
+        for (trial, _config, _recipe, _seed), got in zip(members, results):
+            for report in got["reports"]:
+                report["phase"] = "proof"
+                teller.result(trial, report)
+            teller.complete(trial)
+        for trial, *_rest in members:  # recorded: the group's state is spent
+            for path in states.glob(f"{trial}-*"):
+                path.unlink()
+
+    with fused.polite_stop() as received:
+        try:
+            rounds.side_by_side(submit, iter(groups), rounds.slots(cfg, need), done)
+        except KeyboardInterrupt:
+            teller.interrupted()
+            return received[0] if received else signal.SIGINT
+    return None
 
 
 def reused(entry: dict | None, config: dict, setting: Setting, p) -> list | None:

@@ -85,10 +85,10 @@ def search_rounds(cfg, setting, p, teller, proposer, ids: list[str], k: int) -> 
     returns the signal that stopped it, or None."""
     import ray
 
-    need, threads = fused.place_group(setting)
+    need, threads = fused.place_group(setting, k)
     run = Rounds(ray.remote(fused.train_group).options(**need), setting, threads,
                  p.folder / "groups", teller, Book(p.folder), p.metric, p.lower, k,
-                 fused.groups_at_once(need))
+                 slots(cfg, need))
     rungs = sorted({r for r in setting.rungs if r < setting.full} | {setting.full})
     with fused.polite_stop() as received:
         try:
@@ -165,35 +165,18 @@ class Rounds:
         """Train `groups` (an iterator, drawn when a device is free) from step `start` (their
         trials' slices there; 0: afresh) to `stop_at` (0: the full budget), `slots` at once;
         as each ends, its trials' reports go to their child runs and the book, then
-        `done(members, results)`. A group the device runs out of memory for trains again as
-        two; a stop cancels every group under way."""
-        import ray
+        `done(members, results)`."""
+        def submit(members: list[tuple]):
+            for trial, config, _recipe, _seed in members:
+                opened(self.teller, self.book, trial, config)
+            return fused.submit(self.task, members, self.setting, self.threads, self.states,
+                                start, stop_at)
 
-        running: dict = {}
-        again: list[list[tuple]] = []
-        try:
-            while True:
-                while len(running) < self.slots and (members := again.pop(0) if again
-                                                     else next(groups, None)) is not None:
-                    for trial, config, _recipe, _seed in members:
-                        opened(self.teller, self.book, trial, config)
-                    running[fused.submit(self.task, members, self.setting, self.threads,
-                                         self.states, start, stop_at)] = members
-                if not running:
-                    return
-                (ready,), _ = ray.wait(list(running), num_returns=1)
-                members = running.pop(ready)
-                try:
-                    results = ray.get(ready)
-                except ray.exceptions.RayTaskError as error:
-                    again[:0] = fused.halves(error, members)
-                    continue
-                self.record(members, results, stop_at)
-                done(members, results)
-        except KeyboardInterrupt:
-            for ref in running:
-                ray.cancel(ref, force=True)
-            raise
+        def ended_group(members: list[tuple], results: list[dict]) -> None:
+            self.record(members, results, stop_at)
+            done(members, results)
+
+        side_by_side(submit, groups, self.slots, ended_group)
 
     def record(self, members: list[tuple], results: list[dict], stop_at: int) -> None:
         for trial, *_rest in members if stop_at else []:
@@ -212,6 +195,43 @@ class Rounds:
             self.book.record(trial, config, seed, got["reports"])
             if not stop_at:
                 ended(self.teller, self.book, trial)
+
+
+def slots(cfg, need: dict) -> int:
+    """Groups at once: as many as Ray has room for (fused.groups_at_once), at most
+    search.concurrent where it is set."""
+    fit = fused.groups_at_once(need)
+    return min(fit, cfg.concurrent) if cfg.concurrent else fit
+
+
+def side_by_side(submit, groups, slots: int, done) -> None:
+    """Run `groups` (an iterator of member lists, drawn when a device is free) by
+    `submit(members)` (a Ray task's ref), `slots` at once, calling `done(members, results)`
+    as each ends. A group the device runs out of memory for trains again as two
+    (fused.halves); a stop cancels every group under way."""
+    import ray
+
+    running: dict = {}
+    again: list[list[tuple]] = []
+    try:
+        while True:
+            while len(running) < slots and (members := again.pop(0) if again
+                                            else next(groups, None)) is not None:
+                running[submit(members)] = members
+            if not running:
+                return
+            (ready,), _ = ray.wait(list(running), num_returns=1)
+            members = running.pop(ready)
+            try:
+                results = ray.get(ready)
+            except ray.exceptions.RayTaskError as error:
+                again[:0] = fused.halves(error, members)
+                continue
+            done(members, results)
+    except KeyboardInterrupt:
+        for ref in running:
+            ray.cancel(ref, force=True)
+        raise
 
 
 def halved(teller, book: Book, reached: list[str], keep: list[str], step: int, level: int,
