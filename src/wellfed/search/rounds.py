@@ -106,7 +106,8 @@ def search_rounds(cfg, setting, p, teller, proposer, ids: list[str], k: int) -> 
 
 class Rounds:
     """The search's groups, rung after rung; within a rung, as many groups at once as Ray has
-    devices for (`slots`: one per GPU, or one per node of CPUs)."""
+    room for (`slots`: one per GPU; a node's CPUs for a fused group, ray.cpus_per_worker for
+    a group of one)."""
 
     def __init__(self, task, setting, threads: int, states: Path, teller, book: Book,
                  metric: str, lower: bool, k: int, slots: int = 1):
