@@ -25,8 +25,9 @@ EMOBANK = DATA / "emobank" / "emobank.csv"
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 SICK_TRAIN = 2500  # of 4,439 TRAIN pairs
 SICK_TEST = 1500  # of 4,906 TEST pairs: inference on the rest proves nothing more
+GOEMOTIONS_TRAIN = 5000  # of 43,410 train rows
 GOEMOTIONS_EVAL = 2000  # of the 5,426 dev and 5,427 test rows each
-EMOBANK_TRAIN = 4000  # of 8,062 train sentences
+EMOBANK_TRAIN = 2000  # of 8,062 train sentences
 
 
 def write_split_files(rows: list[dict], split_of, columns: list[str], raw: Path,
@@ -96,25 +97,27 @@ def test_goemotions_multi_label_with_a_tuned_threshold(tmp_path):
     """28 emotions, comma-separated ids in a headerless TSV (GoEmotions' own files, read as
     they are). Anchors: bert-base-cased test macro-F1 0.46 (paper) to 0.50 (10 epochs,
     threshold 0.3); MiniLM-L6 *frozen* + a fully trained linear head 0.261 at threshold 0.5.
-    Here: 1 epoch (250 steps) on the first 8,000 train rows. Measured in-process on the same
-    rows: without class weights the model learns only the label priors (validation macro-F1
-    0.04 at the best threshold, micro-F1 0.18: below predicting `neutral` for every row, ~0.30);
-    with `class_weights: balanced` (BCE pos_weight = negatives/positives) and the threshold
-    tuned on dev (0.7) it reached validation macro-F1 0.24. Dev and test are their first 2,000
-    rows here (test macro-F1 0.1968, micro-F1 0.2945, against 0.2019 and 0.2987 on all 5,427,
-    2026-11-29). The floors (test macro-F1 >= 0.18, micro-F1 >= 0.25) fail a model that
-    learned only the priors."""
+    Here: 1 epoch at a batch of 16 (313 steps) on the first 5,000 train rows. Measured
+    in-process on the first 8,000: without class weights the model learns only the label priors
+    (validation macro-F1 0.04 at the best threshold, micro-F1 0.18: below predicting `neutral`
+    for every row, ~0.30); with `class_weights: balanced` (BCE pos_weight =
+    negatives/positives) and the threshold tuned on dev it reached validation macro-F1 0.24.
+    Dev and test are their first 2,000 rows here. Test macro-F1 0.1867, micro-F1 0.2567 on
+    5,000 rows, 120 s of repro (2026-11-29; the first 8,000 at a batch of 32 reached 0.1968
+    and 0.2945 in a 165 s test; 4,000 at a batch of 32 learned little: 0.1216). The macro-F1
+    floor of 0.15 fails a model that learned only the priors (0.04), as micro-F1 >= 0.22 does
+    (0.18)."""
     project = make_project(tmp_path, {**PIPELINE, "prepare": {
         "train": "train.tsv", "validation": "dev.tsv", "test": "test.tsv", "header": False,
         "text_column": 0, "label_column": 1},
-        "train": {"epochs": 1, "lr": 1e-4, "global_batch_size": 32, "eval_every": 0,
+        "train": {"epochs": 1, "lr": 1e-4, "global_batch_size": 16, "eval_every": 0,
                   "report_every": 50, "checkpoint_every": 1000, "threshold": "tune",
                   "class_weights": "balanced"}},
         raw_rows={})
     raw = project / "data" / "raw"
     raw.mkdir(parents=True, exist_ok=True)
     lines = (GOEMOTIONS / "train.tsv").read_text(encoding="utf-8").splitlines(True)
-    (raw / "train.tsv").write_text("".join(lines[:8000]), encoding="utf-8")
+    (raw / "train.tsv").write_text("".join(lines[:GOEMOTIONS_TRAIN]), encoding="utf-8")
     for name in ("dev.tsv", "test.tsv"):
         lines = (GOEMOTIONS / name).read_text(encoding="utf-8").splitlines(True)
         (raw / name).write_text("".join(lines[:GOEMOTIONS_EVAL]), encoding="utf-8")
@@ -127,7 +130,7 @@ def test_goemotions_multi_label_with_a_tuned_threshold(tmp_path):
           f"{train['train/seconds']:.0f} s; repro {seconds:.0f} s")
     assert prepared["task"] == "multi_label" and prepared["num_labels"] == 28
     assert report["rows"] == GOEMOTIONS_EVAL and info["threshold"] == report["threshold"]
-    assert report["macro_f1"] >= 0.18 and report["micro_f1"] >= 0.25
+    assert report["macro_f1"] >= 0.15 and report["micro_f1"] >= 0.22
     _, runs = mlflow_runs(project)
     assert runs[0].data.metrics["eval/micro_f1"] == pytest.approx(report["micro_f1"])
 
@@ -136,14 +139,16 @@ def test_goemotions_multi_label_with_a_tuned_threshold(tmp_path):
 def test_emobank_valence_regression(tmp_path):
     """Sentence valence on 1-5 (sd 0.35 around 3.0). No verified published figure for a
     fine-tuned small model exists (SOURCE.md), so the check is relative: a mean predictor has
-    Pearson r 0; 1 epoch of MiniLM on the first 4,000 of the 8,062 train sentences must reach
-    r >= 0.5 on test (all 8,062 reached 0.667, 4,000 reached 0.568, 2026-11-29)."""
+    Pearson r 0 (and |r| < 0.1 by chance on 1,000 test rows); 1 epoch of MiniLM at a batch of
+    16 (125 steps) on the first 2,000 of the 8,062 train sentences must reach r >= 0.4 on test
+    (it reached 0.463, 2026-11-29, in 73 s of repro against 135 s for 4,000 at a batch of 32,
+    which reached 0.568; all 8,062 reached 0.667; 2,000 at a batch of 32, 63 steps, 0.12)."""
     with open(EMOBANK, newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     project = make_project(tmp_path, {**PIPELINE, "prepare": {
         "train": "train.tsv", "validation": "dev.tsv", "test": "test.tsv",
         "text_column": "text", "label_column": "V"},
-        "train": {"epochs": 1, "lr": 1e-4, "global_batch_size": 32, "eval_every": 0,
+        "train": {"epochs": 1, "lr": 1e-4, "global_batch_size": 16, "eval_every": 0,
                   "report_every": 50, "checkpoint_every": 1000}}, raw_rows={})
     write_split_files(rows, lambda r: r["split"], ["text", "V"], project / "data" / "raw",
                       {"train": "train.tsv", "dev": "dev.tsv", "test": "test.tsv"},
@@ -155,4 +160,4 @@ def test_emobank_valence_regression(tmp_path):
           f"validation Pearson {train['val/pearson']:.4f}; train {train['train/seconds']:.0f} s; "
           f"repro {seconds:.0f} s")
     assert prepared["task"] == "regression"
-    assert report["rows"] == 1000 and report["pearson"] >= 0.5
+    assert report["rows"] == 1000 and report["pearson"] >= 0.4
