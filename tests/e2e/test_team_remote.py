@@ -132,10 +132,12 @@ def test_a_project_store_moves_into_a_fresh_team_store_whole(alice, tmp_path, mo
         assert (str(there.version), there.run_id, there.tags) == (  # REST gives str, sqlite int
             str(champion.version), champion.run_id, champion.tags)
         # The champion's files come through the server (serving them: tests/e2e/test_team.py).
-        # the registry a models:/ URI names, by name: a tracking URI another test of this
-        # worker set in-process (mlflow.set_tracking_uri) would win over the environment's
+        # The store and the registry a models:/ URI names, both by name: MLflow resolves the
+        # registry apart from the tracking URI (CI once found the alias in a default
+        # sqlite:///mlflow.db, created for it, after other tests of this worker had run).
         got = mlflow.artifacts.download_artifacts("models:/wellfed-classifier@champion",
-                                                  dst_path=str(tmp_path / "m"), tracking_uri=uri)
+                                                  dst_path=str(tmp_path / "m"), tracking_uri=uri,
+                                                  registry_uri=uri)
         assert (Path(got) / "MLmodel").is_file()
         assert "moved " in (tmp_path / "team-store.log").read_text()
     finally:
