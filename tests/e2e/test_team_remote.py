@@ -132,12 +132,13 @@ def test_a_project_store_moves_into_a_fresh_team_store_whole(alice, tmp_path, mo
         assert (str(there.version), there.run_id, there.tags) == (  # REST gives str, sqlite int
             str(champion.version), champion.run_id, champion.tags)
         # The champion's files come through the server (serving them: tests/e2e/test_team.py).
-        # The store and the registry a models:/ URI names, both by name: MLflow resolves the
-        # registry apart from the tracking URI (CI once found the alias in a default
-        # sqlite:///mlflow.db, created for it, after other tests of this worker had run).
+        # The registry a models:/ URI names, from the environment: MLflow 3.17 looks the alias
+        # up in mlflow.get_registry_uri() whatever tracking_uri or registry_uri is passed
+        # (ModelsArtifactRepository._get_model_uri_infos), which after other tests of this
+        # worker was the default sqlite:///mlflow.db (fresh-check's failure, twice).
+        monkeypatch.setenv("MLFLOW_REGISTRY_URI", uri)
         got = mlflow.artifacts.download_artifacts("models:/wellfed-classifier@champion",
-                                                  dst_path=str(tmp_path / "m"), tracking_uri=uri,
-                                                  registry_uri=uri)
+                                                  dst_path=str(tmp_path / "m"), tracking_uri=uri)
         assert (Path(got) / "MLmodel").is_file()
         assert "moved " in (tmp_path / "team-store.log").read_text()
     finally:
