@@ -37,6 +37,7 @@ def gate(two_gpus):
     class Gate:
         def __init__(self):
             self.started, self.released, self.running, self.most = {}, set(), 0, 0
+            self.all_go = False
 
         def start(self, label: str, devices: str) -> None:
             self.started[label] = devices
@@ -45,7 +46,7 @@ def gate(two_gpus):
 
         def leaves(self, label: str) -> bool:
             """Whether `label` was let go; it counts as ended from then on."""
-            if label in self.released:
+            if label in self.released or self.all_go:
                 self.running -= 1
                 return True
             return False
@@ -53,10 +54,18 @@ def gate(two_gpus):
         def release(self, *labels: str) -> None:
             self.released.update(labels)
 
+        def release_all(self) -> None:
+            self.all_go = True
+
         def state(self) -> tuple[dict, int]:
             return dict(self.started), self.most
 
-    return Gate.remote()
+    gate = Gate.remote()
+    yield gate
+    # Every trial let go, also when the test failed before it released them: a failed test's
+    # trials held both GPUs, and the module's next test then waited out its 300 s hang guard
+    # too (fresh-check, 2026-11-29: two failures and 10 minutes for one).
+    ray.get(gate.release_all.remote())
 
 
 def stand_in():
@@ -90,7 +99,7 @@ def start_trial(gate, label: str, gpus: float, results: dict) -> threading.Threa
         results[label] = placement.run_placed(stand_in(), gate, label,
                                               need=placement.request(1, gpus), label=label)
 
-    thread = threading.Thread(target=run)
+    thread = threading.Thread(target=run, daemon=True)  # never holds the worker's exit
     thread.start()
     return thread
 
