@@ -147,6 +147,9 @@ class Rounds:
         halved(self.teller, self.book, reached, keep, here, level, len(rungs), self.metric,
                self.lower)
         spent(self.states, set(reached) - set(keep), here)
+        # gone on already (a search killed after a group was recorded, before its slices here
+        # were deleted): nothing trains from them again
+        spent(self.states, {t for t in keep if self.book.trials[t]["step"] >= there}, here)
         groups = even([t for t in keep if self.book.trials[t]["step"] < there
                        and not self.book.trials[t].get("ended")], self.k)
 
