@@ -12,6 +12,11 @@ loads sit outside: they are reported beside it) and the whole wall including loa
 validation, both as fused / alone throughput (K x the trial-steps in the same time); equal
 learning: every trial's per-step losses fused against alone (largest relative gap).
 
+WELLFED_BENCH_APART=1: the final check's case, each trial its own seed (1..K: its own data order,
+dropout and head init, train/trials/apart.py), where the group pads its trials' own batches to one
+shape; the padding is reported as the tokens computed fused over those computed alone
+(-> fused_trials_apart.json).
+
 WELLFED_BENCH_STEPS and WELLFED_BENCH_KS (e.g. 8 and 1,4) shorten it on a busy machine (the
 JSON says what ran). WELLFED_BENCH_SMOKE=1: a tiny random-init model, 64 rows, 3 steps, K in 1, 2 (a check of this
 script, no figures).
@@ -31,7 +36,8 @@ import numpy as np
 
 import harness
 
-NAME = "fused_trials"
+APART = os.environ.get("WELLFED_BENCH_APART") == "1"
+NAME = "fused_trials_apart" if APART else "fused_trials"
 SMOKE = os.environ.get("WELLFED_BENCH_SMOKE") == "1"
 ROWS, VAL, STEPS, KS = (64, 32, 3, (1, 2)) if SMOKE else (1024, 256, 24, (1, 2, 4))
 STEPS = int(os.environ.get("WELLFED_BENCH_STEPS", STEPS))
@@ -53,7 +59,8 @@ def token_dir(root: Path, tokenizer) -> Path:
 
 def recipes(k: int, base):
     lrs = np.geomspace(2e-5, 2e-4, k) if k > 1 else [1e-4]
-    return [dataclasses.replace(base, lr=float(f"{lr:.4g}")) for lr in lrs]
+    return [dataclasses.replace(base, lr=float(f"{lr:.4g}"), seed=base.seed + i if APART
+                                else base.seed) for i, lr in enumerate(lrs)]
 
 
 def alone(job, configs, place) -> dict:
@@ -75,7 +82,8 @@ def fused(job, configs, place) -> dict:
     started = time.perf_counter()
     run = train_group(job, configs, place)
     return {"steps_s": run.seconds["steps"], "wall_s": time.perf_counter() - started,
-            "losses": [[r["loss"] for r in run.history[k]] for k in range(len(configs))]}
+            "losses": [[r["loss"] for r in run.history[k]] for k in range(len(configs))],
+            "padding": run.tokens["computed"] / run.tokens["alone"]}
 
 
 def gap(a: list[list[float]], b: list[list[float]]) -> float:
@@ -131,16 +139,20 @@ def main() -> None:
                 "fastest_steps_speedup": round(min(r["steps_s"] for r in runs["alone"])
                                                / min(r["steps_s"] for r in runs["fused"]), 3),
                 "largest_relative_loss_gap": float(f"{gap(runs['fused'][0]['losses'], runs['alone'][0]['losses']):.3g}"),
+                "seeds": [c.seed for c in configs],
+                "tokens_computed_fused_over_alone": round(runs["fused"][0]["padding"], 3),
             })
             print(f"[bench] K={k}: fused {a_steps / f_steps:.2f}x the steps' throughput of "
                   f"the trials alone, {a_wall / f_wall:.2f}x their wall; largest loss gap "
-                  f"{cases[-1]['largest_relative_loss_gap']:.2g}", flush=True)
+                  f"{cases[-1]['largest_relative_loss_gap']:.2g}; tokens computed "
+                  f"{runs['fused'][0]['padding']:.3f}x alone", flush=True)
     if SMOKE:
         print("[bench] smoke run: no figures written")
         return
     harness.write_result(NAME, {"machine": harness.machine(), **clock.summary(),
                                 "rows": ROWS, "validation_rows": VAL, "model": "all-MiniLM-L6-v2",
                                 "steps_each": STEPS, "trials": list(KS),
+                                "seeds": "each trial its own" if APART else "one for all",
                                 "cases": cases})
 
 

@@ -15,6 +15,11 @@ the peak memory of each. Equal learning in bf16: trial 0 of the fused group at K
 the same trial alone, the same seed, batches and dropout: largest relative gap of the per-step
 losses over STEPS steps (stated tolerance 2e-2: bf16 keeps 8 bits of mantissa, and the batched
 matmuls round in another order).
+Across seeds (the final check's groups, train/trials/apart.py), MiniLM at K = 4 and 8: each trial
+its own batches (its own seeded lengths) and dropout stream, the group's micro-batch the trials'
+own stacked and padded to one shape: real tokens/s of all trials against one trial alone, the
+tokens computed over those the trials compute alone (the padding), and trial 0 (the batches and
+dropout seed of the trial alone) against the trial alone, as above.
 
 WELLFED_BENCH_SMOKE=1: tiny models on the CPU, K in 1, 2 (a check of this script, no figures).
 usage (device): PYTHONPATH=src python benchmarks/gpu_fused_trials.py  -> $OUT or
@@ -45,8 +50,8 @@ if SMOKE:
                             intermediate_size=64), (1, 2))}
 
 
-def batches(n: int, device) -> list[dict]:
-    g = torch.Generator().manual_seed(0)
+def batches(n: int, device, seed: int = 0) -> list[dict]:
+    g = torch.Generator().manual_seed(seed)
     out = []
     for _ in range(n):
         lens = torch.randint(8, 65, (32,), generator=g)
@@ -124,6 +129,47 @@ def run_fused(dims, data, device, k):
     return time.perf_counter() - start, [float(v) for v in losses]
 
 
+def run_apart(dims, data, device, k):
+    """K trials, trial t on `data[t]` (its own batches) with its own dropout stream (trial 0:
+    the alone run's seed 1), their micro-batches stacked to one shape per step."""
+    import numpy as np
+
+    from wellfed.train.trials.apart import Streams, stacked
+    from wellfed.train.trials.layers import TrialModel
+    from wellfed.train.trials.update import Recipe, TrialAdamW
+
+    fused = TrialModel(model(dims, device), k).to(device).train()
+    fused.streams = Streams.seeded([1 + t for t in range(k)], device)
+    lrs = [1e-4] + [2e-5 * (10 ** (i / max(1, k - 2))) for i in range(k - 1)]
+    opt = TrialAdamW(list(fused.named_parameters()), [Recipe(lr, 0.01, 2 / len(data[0]), 1.0)
+                                                      for lr in lrs], len(data[0]))
+    hosts = [[{key: v.cpu().numpy() for key, v in b.items() if key != "real"}
+              | {"weights": np.ones(len(b["labels"]), np.float32)} for b in trial]
+             for trial in data]
+    losses, start, computed, alone = [], None, 0, 0
+    for i in range(len(data[0])):
+        if i == WARMUP:
+            sync(device)
+            start = time.perf_counter()
+            computed = alone = 0
+        host, own, masked = stacked([h[i] for h in hosts], 0)
+        computed += host["input_ids"].size
+        alone += sum(r * w for r, w in own)
+        b = {key: torch.from_numpy(v).to(device, non_blocking=True) for key, v in host.items()}
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            logits = fused(b["input_ids"], b["attention_mask"], own=own, masked=masked)
+        labels = b["labels"].reshape(k, -1)
+        loss = torch.stack([torch.nn.functional.cross_entropy(logits[t].float(), labels[t])
+                            for t in range(k)])
+        loss.sum().backward()
+        opt.clip()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.detach()[0])
+    sync(device)
+    return time.perf_counter() - start, [float(v) for v in losses], computed / alone
+
+
 def sync(device):
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -161,6 +207,21 @@ def main() -> None:
             print(f"[gpu] {name} K={k}: {rows['fused'][-1]['trials_worth']}x one trial's "
                   f"tokens/s", flush=True)
         result["models"][name] = rows
+        if name in ("minilm", "tiny"):
+            rows["across_seeds"] = []
+            for k in ((2,) if SMOKE else (4, 8)):
+                own = [data] + [batches(WARMUP + STEPS, device, seed=t) for t in range(1, k)]
+                seconds, losses, padding = run_apart(dims, own, device, k)
+                real_all = sum(b["real"] for trial in own for b in trial[WARMUP:])
+                rows["across_seeds"].append({
+                    "k": k, "tokens_per_s": round(real_all / seconds),
+                    "trials_worth": round(real_all / seconds / one, 2),
+                    "tokens_computed_over_alone": round(padding, 3), "peak_gib": peak(device),
+                    "equal_learning_trial0": max(abs(a - b) / max(abs(a), abs(b))
+                                                 for a, b in zip(losses, alone_losses))})
+                print(f"[gpu] {name} across seeds K={k}: "
+                      f"{rows['across_seeds'][-1]['trials_worth']}x one trial's tokens/s, "
+                      f"padding {padding:.3f}x", flush=True)
     result["wall_s"] = round(time.perf_counter() - started, 1)
     out = Path(os.environ.get("OUT") or Path(__file__).parent / "results" / "gpu")
     if SMOKE:

@@ -2,9 +2,9 @@
 Ray task on one device (ray.gpus_per_worker > 0: a whole GPU; a CPU: the node's cores), so the
 same search runs on a cluster. Here: whether a search can fuse, K (chosen once per search from
 the device, train/trials/sizing.py, printed and recorded on the parent run), a group's task and
-its results as a search trial reports them, and the final check's groups (the finalists, one
-group per seed, each writing its state at the rungs to `groups/` in the search's folder and
-going on from there after a stop: train/trials/resume.py). The search phase's successive
+its results as a search trial reports them, and the final check's groups (the finalists x
+seeds fused across seeds, each group writing its state at the rungs to `groups/` in the
+search's folder and going on from there after a stop: train/trials/resume.py). The search phase's successive
 halving across all its trials, group by group and rung by rung, is search/rounds.py.
 """
 
@@ -215,7 +215,8 @@ def train_group(setting: Setting, members: list[tuple[dict, int]], threads: int,
             reports.append(report)
         if out.steps[k] >= setting.full and k in out.logits:
             reports[-1]["predicted"] = encode(np.asarray(out.logits[k]).argmax(-1))
-        results.append({"reports": reports, "resumed_at": out.resumed_at})
+        results.append({"reports": reports, "resumed_at": out.resumed_at,
+                        "tokens": dict(out.tokens)})
     return results
 
 

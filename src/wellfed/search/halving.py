@@ -1,8 +1,9 @@
 """The two phases of a fused search (search/fused.py trains the groups): the search phase,
 TPE proposing each group of K recipes from every trial at the first rung before it and
 successive halving across all of them (search/rounds.py), and the final check, the finalists
-x seeds in one group per seed, where a finalist's own full-budget search trial stands for its
-seed when that seed is one of them (trained once, not twice).
+x seeds fused across seeds (each trial its own batches, dropout and head init:
+train/trials/apart.py) in groups of K, where a finalist's own full-budget search trial stands
+for its seed when that seed is one of them (trained once, not twice).
 """
 
 from __future__ import annotations
@@ -115,7 +116,7 @@ def proof_phase(cfg: SearchConfig, setting: Setting, p, uri: str, parent: str,
                 chosen: list[dict], k: int) -> tuning.Phase:
     configs = proof.proof_configs(chosen, list(cfg.seeds))
     print(f"[wellfed] final check: {len(chosen)} finalist(s) x {len(cfg.seeds)} seeds at "
-          f"{p.full} steps, fused by seed: "
+          f"{p.full} steps, fused across seeds in groups of up to {max(k, 1)}: "
           + "; ".join(space.shown(r["recipe"]) for r in chosen), flush=True)
     teller = story.Story(uri, parent, p.search_id, "proof", p.folder, p.metric,
                          Rungs([], cfg.reduction_factor, p.lower), p.full, len(configs))
@@ -134,8 +135,10 @@ def proof_phase(cfg: SearchConfig, setting: Setting, p, uri: str, parent: str,
             teller.complete(trial)
             continue
         todo.append((trial, {"proof": config}, config["recipe"], config["seed"]))
-    by_seed = [[m for m in todo if m[3] == seed] for seed in cfg.seeds]
-    groups = [g for members in by_seed if members for g in chunks(members, k)]
+    # Across seeds: the fewest groups; in seed order, so that trials of one seed share a group
+    # (and its batches) where K allows.
+    todo.sort(key=lambda m: cfg.seeds.index(m[3]))
+    groups = chunks(todo, k)
     stopped = proof_groups(groups, cfg, setting, teller, k)
     return tuning.Phase("fused-proof", stopped, [])
 
@@ -166,6 +169,9 @@ def proof_groups(groups: list[list[tuple]], cfg: SearchConfig, setting: Setting,
             print(f"[wellfed] proof group {numbered.get(id(members), '(a half)')}/{len(groups)} "
                   f"went on from its last rung (step {resumed}): the steps before it were not "
                   "trained again", flush=True)
+        if said := padding(results[0].get("tokens", {})):
+            print(f"[wellfed] proof group {numbered.get(id(members), '(a half)')}/{len(groups)}"
+                  f": {said}", flush=True)
         for (trial, _config, _recipe, _seed), got in zip(members, results):
             for report in got["reports"]:
                 report["phase"] = "proof"
@@ -182,6 +188,17 @@ def proof_groups(groups: list[list[tuple]], cfg: SearchConfig, setting: Setting,
             teller.interrupted()
             return received[0] if received else signal.SIGINT
     return None
+
+
+def padding(tokens: dict) -> str:
+    """What trials of different seeds in one group cost in padding, in a few words ('' when
+    nothing: one seed)."""
+    computed, alone = tokens.get("computed", 0), tokens.get("alone", 0)
+    if not alone or computed <= alone:
+        return ""
+    return (f"its trials' own batches, padded to one shape, computed {computed / alone:.2f}x "
+            f"the tokens they compute alone ({computed:,} for {alone:,}; "
+            f"{tokens.get('real', 0):,} real)")
 
 
 def reused(entry: dict | None, config: dict, setting: Setting, p) -> list | None:

@@ -4,7 +4,8 @@ The loop is the step engine's (train/step/loop.py) with a trial dimension: the s
 feeding (train/step/setup.py, train/step/feeding.py), one fused forward and backward per
 micro-batch, the trials' own updates (trials/update.py), and at each of `validate_at` one fused
 validation pass for the whole group, after which `decide` may keep the best trials only (their
-slices of the weights and optimizer state go on, the rest are dropped).
+slices of the weights and optimizer state go on, the rest are dropped). Trials of one seed share
+each micro-batch; trials of different seeds bring their own (trials/apart.py).
 """
 
 from __future__ import annotations
@@ -24,15 +25,17 @@ from wellfed.data.batching import collate, eval_batches
 from wellfed.data.token_files import TokenFile
 from wellfed.model import load_model
 from wellfed.train.checkpoints import random_state
-from wellfed.train.step.feeding import feed
 from wellfed.train.step.setup import setup
-from wellfed.train.trials import resume
+from wellfed.train.trials import apart, resume
 from wellfed.train.trials.layers import TrialModel
 from wellfed.train.trials.update import Recipe, TrialAdamW
 
 VARIES = ("lr", "weight_decay", "warmup_ratio", "max_grad_norm")
 """The train keys fused trials may differ in; every other key shapes the model, the batches or
 the budget, which the group shares."""
+APART = ("seed",)
+"""A key trials of one group may also differ in, each then with its own batches, dropout and
+initialisation (trials/apart.py): not a key a search searches, the final check's seeds."""
 
 
 def recipe(cfg: TrainConfig) -> Recipe:
@@ -45,7 +48,7 @@ def refusal(configs: list[TrainConfig], models: list | None = None) -> str | Non
     first = configs[0]
     for i, cfg in enumerate(configs[1:], 1):
         for f in dataclasses.fields(cfg):
-            if f.name not in VARIES and getattr(cfg, f.name) != getattr(first, f.name):
+            if f.name not in VARIES + APART and getattr(cfg, f.name) != getattr(first, f.name):
                 return (f"trial {i} has train.{f.name}={getattr(cfg, f.name)!r} where trial 0 "
                         f"has {getattr(first, f.name)!r}: fused trials may differ only in "
                         f"{', '.join('train.' + v for v in VARIES)}; group them by that value "
@@ -78,7 +81,9 @@ class GroupRun:
     """Optimizer steps each trial was trained for."""
     seconds: dict[str, float] = field(default_factory=dict)
     tokens: dict[str, int] = field(default_factory=dict)
-    """real: each trial's non-pad tokens, summed; computed: the tokens the group computed."""
+    """real: each trial's non-pad tokens, summed; computed: the tokens the group computed;
+    alone: the tokens its trials would have computed alone (less than computed where trials of
+    different seeds pad their own batches to one shape)."""
     resumed_at: int = 0
     """The step a group started from a saved rung went on from (0: it started afresh)."""
 
@@ -104,7 +109,7 @@ def train_group(job, configs: list[TrainConfig], place, *, validate_at=frozenset
         raise ValueError(why)
     started = time.perf_counter()
     cfg, device = configs[0], place.device
-    shared = dataclasses.replace(job.train, **{k: getattr(cfg, k) for k in VARIES})
+    shared = dataclasses.replace(job.train, **{k: getattr(cfg, k) for k in VARIES + APART})
     train_data = TokenFile(job.tokens_dir / "train.arrow")
     val_data = TokenFile(job.tokens_dir / "validation.arrow")
     torch.manual_seed(cfg.seed)  # the head's init, as a trial alone draws it
@@ -116,36 +121,51 @@ def train_group(job, configs: list[TrainConfig], place, *, validate_at=frozenset
                                  list(job.labels)), lengths=train_data.lengths)
     fused = TrialModel(s.model, len(configs)).to(device)
     fused.train()
+    seeds = list(dict.fromkeys(c.seed for c in configs))  # each seed's own batches
+    of = [seeds.index(c.seed) for c in configs]
+    if len(seeds) > 1:
+        own_starts(fused, job, configs, device)
+        fused.streams = apart.Streams.seeded([c.seed for c in configs], device)
     opt = TrialAdamW(list(fused.named_parameters()), [recipe(c) for c in configs], s.steps)
     alive = list(range(len(configs)))
     out = GroupRun(history={k: [] for k in alive}, validations={k: [] for k in alive},
-                   tokens={"real": 0, "computed": 0})
+                   tokens={"real": 0, "computed": 0, "alone": 0})
     state = resume.merged(start) if start else resume.load(saved, len(configs))
     done, at = 0, (0, 0)
     if state:
         alive = resume.restore(state, fused, opt, out, device, cfg.seed)
         done, at = state["done"], tuple(state["next_at"])
         out.resumed_at = done
-    else:
+        out.tokens.setdefault("alone", out.tokens["computed"])  # a state from before "alone"
+    elif len(seeds) == 1:
         random_state.seed(cfg.seed, place.rank)  # dropout, as the loop seeds a run at step 0
-    fed = feed(s, train_data, job.tokens_dir / "train.arrow", job.pad_id, 0, *at, cfg.epochs,
-               job.data.loader_workers, job.data.prefetch)
+    fed = apart.feeds(s, seeds, train_data, job.tokens_dir / "train.arrow", job.pad_id, *at,
+                      cfg.epochs, job.data.loader_workers, job.data.prefetch)
     out.seconds["setup"] = time.perf_counter() - started
     t_steps = t_val = 0.0
     pending: list = []  # steps whose losses are still on the device (read at a validation)
-    for step, batches in fed:
+    for fed_step in fed:
         if done >= s.steps or not alive or done == stop_at > 0:
             break
+        steps, batches = [f[0] for f in fed_step], [f[1] for f in fed_step]
+        step = steps[0]
         t0 = time.perf_counter()
-        loss, norms = fused_step(fused, opt, s, step, batches, job.task, len(alive))
+        if len(seeds) == 1:
+            loss, norms = fused_step(fused, opt, s, step, batches[0], job.task, len(alive))
+            computed = step.padded_tokens * len(alive)
+        else:
+            loss, norms, computed = apart.step_apart(fused, opt, s, steps, batches,
+                                                     [of[k] for k in alive], job.task,
+                                                     job.pad_id)
         done += 1
-        records = [{"step": done, "lr": lr, "real_tokens": step.real_tokens}
-                   for lr in opt.lrs()]
+        records = [{"step": done, "lr": lr, "real_tokens": steps[of[k]].real_tokens}
+                   for k, lr in zip(alive, opt.lrs())]
         for k, record in zip(alive, records):
             out.history[k].append(record)
         pending.append((records, loss, norms))
-        out.tokens["real"] += step.real_tokens * len(alive)
-        out.tokens["computed"] += step.padded_tokens * len(alive)
+        out.tokens["real"] += sum(steps[of[k]].real_tokens for k in alive)
+        out.tokens["alone"] += sum(steps[of[k]].padded_tokens for k in alive)
+        out.tokens["computed"] += computed
         t_steps += time.perf_counter() - t0
         if done in validate_at or done >= s.steps or done == stop_at:
             figures_of(pending)
@@ -167,6 +187,7 @@ def train_group(job, configs: list[TrainConfig], place, *, validate_at=frozenset
                 opt.keep(positions, list(fused.named_parameters()))
                 alive = list(kept)
             group = dict(done=done, alive=alive, trials=len(configs), fused=fused, opt=opt,
+                         seeds=[configs[k].seed for k in alive],
                          next_at=(step.epoch, step.index + 1), out=out, device=device)
             if slices is not None and done == stop_at < s.steps:
                 resume.save_each(slices, **group)
@@ -178,6 +199,23 @@ def train_group(job, configs: list[TrainConfig], place, *, validate_at=frozenset
     out.seconds.update(steps=t_steps, validation=t_val,
                        total=time.perf_counter() - started)
     return out
+
+
+def own_starts(fused: TrialModel, job, configs: list[TrainConfig], device) -> None:
+    """Each trial's weights as it initialises them alone (the head, or a random-init model,
+    drawn with its own seed): the model loaded once per seed other than the first trial's."""
+    import contextlib
+    import io
+
+    loaded = {configs[0].seed: None}
+    for k, cfg in enumerate(configs):
+        if cfg.seed not in loaded:
+            torch.manual_seed(cfg.seed)
+            with contextlib.redirect_stdout(io.StringIO()):
+                loaded[cfg.seed] = load_model(job.model, job.model_source, list(job.labels),
+                                              job.pad_id, task=job.task)
+        if loaded[cfg.seed] is not None:
+            fused.load_trial(k, loaded[cfg.seed])
 
 
 def figures_of(pending: list) -> None:

@@ -1,10 +1,17 @@
 """The trial dimension in a transformers model: K copies of every weight, one forward.
 
-A fused batch holds K blocks of the same micro-batch, block k for trial k (rows k*B .. k*B+B-1).
-Weight modules read their block with their own weights; dropout draws one mask for a block and
-applies it to all K (the group shares its seed, so each trial alone would have drawn that very
-mask); attention runs as the model's own attention function, per block when it drops out (the
-generator rewound to the same state for each block) and on the whole batch otherwise.
+A fused batch holds K blocks, block k for trial k (rows k*B .. k*B+B-1). Weight modules read
+their block with their own weights.
+
+- Trials of one seed share their micro-batch (the K blocks are copies of it): dropout draws one
+  mask for a block and applies it to all K (each trial alone would have drawn that very mask);
+  attention runs as the model's own attention function, per block when it drops out (the
+  generator rewound to the same state for each block) and on the whole batch otherwise.
+- Trials of different seeds (the final check) each bring their own micro-batch, padded to one
+  shape (trials/apart.py): each block's own shape, the (rows, width) the trial alone computes,
+  is known, and dropout and attention run on each block's own region with the trial's own
+  random state (`Streams`), so each draws what it draws alone; what lies outside the region is
+  padding, which no real token attends to and no loss reads.
 """
 
 from __future__ import annotations
@@ -13,10 +20,14 @@ import contextlib
 import contextvars
 import copy
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+if TYPE_CHECKING:
+    from wellfed.train.trials.apart import Streams  # noqa: F401 (an annotation)
 
 FUSABLE = (nn.Linear, nn.Embedding, nn.LayerNorm)
 """The weight modules a trial dimension is given to; a model with any other refuses fusion."""
@@ -28,6 +39,20 @@ class Fused:
 
     trials: int
     rows: int
+    own: list[tuple[int, int]] | None = None
+    """Each block's own (rows, width) where the trials bring their own batches ((0, 0): the trial
+    has no micro-batch here); None: the blocks are copies of one micro-batch."""
+    masked: list[bool] | None = None
+    """Whether each block's own batch has padding (its attention then takes a mask, as alone)."""
+    streams: Streams | None = None
+    """Each trial's own random state (trials/apart.py), with `own`."""
+
+
+def region(block: torch.Tensor, shape: tuple[int, int]) -> tuple:
+    """The index of a block's own region: its rows, and its width where the block has a
+    sequence dimension (a hidden state (rows, width, ...); a pooled one is (rows, dim))."""
+    rows, width = shape
+    return (slice(0, rows), slice(0, width)) if block.ndim >= 3 else (slice(0, rows),)
 
 
 _current: contextvars.ContextVar[Fused | None] = contextvars.ContextVar("wellfed_fused",
@@ -122,8 +147,16 @@ class TrialDropout(nn.Module):
             return x
         f = current()
         blocks = x.reshape(f.trials, -1, *x.shape[1:])
-        mask = F.dropout(torch.ones_like(blocks[0]), self.p, True)
-        return (blocks * mask).reshape(x.shape)
+        if f.own is None:
+            mask = F.dropout(torch.ones_like(blocks[0]), self.p, True)
+            return (blocks * mask).reshape(x.shape)
+        masks = torch.ones_like(blocks)
+        for k, shape in enumerate(f.own):
+            if shape[0]:  # a trial without a micro-batch here draws nothing, as alone
+                where = region(blocks[k], shape)
+                with f.streams.use(k):
+                    masks[k][where] = F.dropout(torch.ones_like(blocks[k][where]), self.p, True)
+        return (blocks * masks).reshape(x.shape)
 
 
 @contextlib.contextmanager
@@ -141,9 +174,11 @@ def trial_attention(inner):
     """The model's own attention function `inner`, run per trial block when it drops out."""
 
     def attention(module, query, key, value, attention_mask, dropout: float = 0.0, **kwargs):
+        f = current()
+        if f.own is not None:
+            return apart(module, query, key, value, attention_mask, dropout, kwargs)
         if not dropout:
             return inner(module, query, key, value, attention_mask, dropout=dropout, **kwargs)
-        f = current()
         split = [t.reshape(f.trials, -1, *t.shape[1:]) for t in (query, key, value)]
         masks = (attention_mask.reshape(f.trials, -1, *attention_mask.shape[1:])
                  if attention_mask is not None and attention_mask.shape[0] == query.shape[0]
@@ -157,6 +192,32 @@ def trial_attention(inner):
                 outs.append(out)
                 weights.append(w)
         return torch.cat(outs), None if weights[0] is None else torch.cat(weights)
+
+    def apart(module, query, key, value, attention_mask, dropout, kwargs):
+        """Each block's own region (rows, heads, width, dim) alone, with the trial's own
+        random state and, where its batch is padded, its own part of the mask; the output,
+        (rows, width, heads, dim), is 0 outside the region."""
+        f = current()
+        width = query.shape[2]
+        split = [t.reshape(f.trials, -1, *t.shape[1:]) for t in (query, key, value)]
+        masks = (attention_mask.reshape(f.trials, -1, *attention_mask.shape[1:])
+                 if attention_mask is not None else None)
+        out = None
+        for k, (rows, own) in enumerate(f.own):
+            if not rows:
+                continue
+            q, kk, v = (t[k][:rows, :, :own] for t in split)
+            mask = None
+            if f.masked[k] and masks is not None:
+                mask = masks[k][:rows, ..., :own]
+                if mask.shape[-2] == width:
+                    mask = mask[..., :own, :]
+            with f.streams.use(k):
+                got, _ = inner(module, q, kk, v, mask, dropout=dropout, **kwargs)
+            if out is None:
+                out = got.new_zeros(f.trials, split[0].shape[1], width, *got.shape[2:])
+            out[k, :rows, :own] = got
+        return out.reshape(-1, *out.shape[2:]), None
 
     return attention
 
@@ -218,17 +279,29 @@ class TrialModel(nn.Module):
                 setattr(parent, child, trial_module(module, trials))
         with_trial_attention(model)
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None) -> torch.Tensor:
-        rows = input_ids.shape[0]
-        reps = (self.trials,) + (1,) * (input_ids.ndim - 1)
-        extra = {}
-        if token_type_ids is not None:
-            extra["token_type_ids"] = token_type_ids.repeat(reps)
-        token = _current.set(Fused(self.trials, rows))
+    streams: Streams | None = None
+    """Each trial's own random state, where the trials' seeds differ (trials/apart.py)."""
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, own=None,
+                masked=None) -> torch.Tensor:
+        """Each trial's logits for one micro-batch, or with `own` (each trial's own (rows,
+        width), `masked` whether it is padded: trials/apart.py's `stacked`) for the K trials'
+        own micro-batches, one block each, padded to one shape."""
+        if own is not None:
+            rows = input_ids.shape[0] // self.trials
+            fused = Fused(self.trials, rows, own, masked, self.streams)
+        else:
+            rows = input_ids.shape[0]
+            reps = (self.trials,) + (1,) * (input_ids.ndim - 1)
+            input_ids, attention_mask, token_type_ids = (
+                None if t is None else t.repeat(reps)
+                for t in (input_ids, attention_mask, token_type_ids))
+            fused = Fused(self.trials, rows)
+        extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+        token = _current.set(fused)
         try:
-            logits = self.model(input_ids=input_ids.repeat(reps),
-                                attention_mask=None if attention_mask is None
-                                else attention_mask.repeat(reps), **extra).logits
+            logits = self.model(input_ids=input_ids, attention_mask=attention_mask,
+                                **extra).logits
         finally:
             _current.reset(token)
         return logits.reshape(self.trials, rows, -1)
@@ -241,6 +314,16 @@ class TrialModel(nn.Module):
                 setattr(module, name, nn.Parameter(param.detach()[index.to(param.device)]
                                                    .clone(), param.requires_grad))
         self.trials = len(trials)
+        if self.streams is not None:
+            self.streams.keep(trials)
+
+    def load_trial(self, k: int, model: nn.Module) -> None:
+        """Trial k's weights from `model` (the same architecture, e.g. initialised with
+        another seed)."""
+        own = dict(model.named_parameters())
+        with torch.no_grad():
+            for name, param in self.model.named_parameters():
+                param[k].copy_(own[name].to(param.device))
 
     def trial_state(self, k: int) -> dict[str, torch.Tensor]:
         """Trial k's weights under the original model's parameter names."""

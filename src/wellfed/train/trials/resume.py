@@ -27,10 +27,13 @@ VERSION = 1
 
 
 def state_of(*, done: int, alive: list[int], trials: int, next_at: tuple[int, int], fused, opt,
-             out, device: torch.device) -> dict:
+             out, device: torch.device, seeds: list[int]) -> dict:
     """The group's state after `done` steps, `alive` (indices among the `trials` it began
-    with) going on from (epoch, index) `next_at`."""
+    with, of these `seeds`) going on from (epoch, index) `next_at`; trials of different seeds
+    keep each its own random state (trials/apart.py's Streams)."""
+    streams = fused.streams.states if fused.streams is not None else None
     return {"version": VERSION, "done": done, "alive": list(alive), "trials": trials,
+            "seeds": list(seeds), "streams": streams,
             "next_at": list(next_at), "weights": fused.state_dict(),
             "stacked": [name for name, _ in fused.named_parameters()], "opt": opt.state(),
             "random": random_state.capture(device), "out": {
@@ -58,7 +61,10 @@ def save_each(paths: dict[int, Path], **group) -> None:
         def own(value: torch.Tensor) -> torch.Tensor:  # a copy: a view saves all K slices
             return value[pos:pos + 1].clone()
 
-        write(paths[k], {**state, "alive": [0], "trials": 1, "out": {}, "weights": {
+        write(paths[k], {**state, "alive": [0], "trials": 1, "out": {},
+                         "seeds": state["seeds"][pos:pos + 1],
+                         "streams": state["streams"] and state["streams"][pos:pos + 1],
+                         "weights": {
             name: own(value) if name in state["stacked"] else value
             for name, value in state["weights"].items()},
             "opt": {"avg": [own(a) for a in state["opt"]["avg"]],
@@ -78,6 +84,9 @@ def merged(paths: list[Path]) -> dict:
         if (part["done"], part["next_at"]) != (first["done"], first["next_at"]):
             raise ValueError(f"{path} stopped at step {part['done']}, {paths[0]} at "
                              f"{first['done']}: only trials at one step train as one group")
+        if part.get("seeds") != first.get("seeds") or part.get("streams"):
+            raise ValueError(f"{path} is a trial of seed {part.get('seeds')}, {paths[0]} of "
+                             f"{first.get('seeds')}: slices go on as one group of one seed")
     stacked = set(first["stacked"])
     weights = {name: torch.cat([p["weights"][name] for p in parts]) if name in stacked
                else value for name, value in first["weights"].items()}
@@ -87,7 +96,7 @@ def merged(paths: list[Path]) -> dict:
            "schedules": [p["opt"]["schedules"][0] for p in parts]}
     n = len(parts)
     out = {"history": {k: [] for k in range(n)}, "validations": {k: [] for k in range(n)},
-           "steps": {}, "logits": {}, "tokens": {"real": 0, "computed": 0}}
+           "steps": {}, "logits": {}, "tokens": {"real": 0, "computed": 0, "alone": 0}}
     return {**first, "alive": list(range(n)), "trials": n, "weights": weights, "opt": opt,
             "out": out}
 
@@ -113,6 +122,8 @@ def restore(state: dict, fused, opt, out, device: torch.device, seed: int) -> li
         fused.keep(alive)
         opt.keep(alive, list(fused.named_parameters()))
     fused.load_state_dict(state["weights"])
+    if state.get("streams"):
+        fused.streams.states = list(state["streams"])
     opt.load(state["opt"])
     for key, value in state["out"].items():
         setattr(out, key, value)
