@@ -93,8 +93,10 @@ class TrialLinear(nn.Module):
 
 
 class TrialEmbedding(nn.Module):
-    """K Embedding tables: weight (K, rows, dim). Ids with one row (the position ids transformers
-    broadcasts over the batch) give every trial's block its rows; padding_idx as the original."""
+    """K Embedding tables: weight (K, rows, dim), looked up as one table of K x rows (trial k's
+    ids offset by k x rows: one gather whatever K). Ids with one row (the position ids
+    transformers broadcasts over the batch) give every trial's block its rows; padding_idx as
+    the original: its row gets no gradient."""
 
     def __init__(self, copies: list[nn.Embedding]):
         super().__init__()
@@ -109,9 +111,13 @@ class TrialEmbedding(nn.Module):
                 f.trials * f.rows, *out.shape[1:])
         if f.trials == 1:
             return F.embedding(ids, self.weight[0], self.padding_idx)
-        blocks = ids.reshape(f.trials, -1, *ids.shape[1:])
-        return torch.cat([F.embedding(b, w, self.padding_idx)
-                          for b, w in zip(blocks, self.weight)])
+        k, rows = self.weight.shape[:2]
+        blocks = ids.reshape(k, -1, *ids.shape[1:])
+        offsets = (torch.arange(k, device=ids.device) * rows).reshape(k, *[1] * (ids.ndim))
+        out = F.embedding(blocks + offsets, self.weight.reshape(k * rows, -1))
+        if self.padding_idx is not None:  # no gradient to the padding row, as alone
+            out = torch.where((blocks == self.padding_idx)[..., None], out.detach(), out)
+        return out.reshape(*ids.shape, -1)
 
 
 class TrialLayerNorm(nn.Module):
@@ -127,11 +133,12 @@ class TrialLayerNorm(nn.Module):
         if k == 1:
             return F.layer_norm(x, self.shape, self.weight[0],
                                 None if self.bias is None else self.bias[0], self.eps)
-        blocks = [F.layer_norm(b, self.shape, w, None if self.bias is None else bias, self.eps)
-                  for b, w, bias in zip(x.reshape(k, -1, *x.shape[1:]), self.weight,
-                                        self.bias if self.bias is not None
-                                        else [None] * k)]
-        return torch.cat(blocks)
+        blocks = F.layer_norm(x, self.shape, None, None, self.eps).reshape(k, -1, *x.shape[1:])
+        view = (k,) + (1,) * (blocks.ndim - 1 - len(self.shape)) + tuple(self.shape)
+        if self.bias is None:
+            return (blocks * self.weight.reshape(view)).reshape(x.shape)
+        return torch.addcmul(self.bias.reshape(view), blocks,
+                             self.weight.reshape(view)).reshape(x.shape)
 
 
 class TrialDropout(nn.Module):
