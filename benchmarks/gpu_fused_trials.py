@@ -19,7 +19,9 @@ Across seeds (the final check's groups, train/trials/apart.py), MiniLM at K = 4 
 its own batches (its own seeded lengths) and dropout stream, the group's micro-batch the trials'
 own stacked and padded to one shape: real tokens/s of all trials against one trial alone, the
 tokens computed over those the trials compute alone (the padding), and trial 0 (the batches and
-dropout seed of the trial alone) against the trial alone, as above.
+dropout seed of the trial alone) against the trial alone, as above. And where a fused step's time
+goes at each model's largest K (forward and backward, clipping, the update; synchronised at each
+boundary, in a run of its own).
 
 WELLFED_BENCH_SMOKE=1: tiny models on the CPU, K in 1, 2 (a check of this script, no figures).
 usage (device): PYTHONPATH=src python benchmarks/gpu_fused_trials.py  -> $OUT or
@@ -101,7 +103,7 @@ def run_alone(dims, data, device, lr=1e-4):
     return time.perf_counter() - start, [float(v) for v in losses]
 
 
-def run_fused(dims, data, device, k):
+def run_fused(dims, data, device, k, phases=None):
     from wellfed.train.trials.layers import TrialModel
     from wellfed.train.trials.update import Recipe, TrialAdamW
 
@@ -116,14 +118,26 @@ def run_fused(dims, data, device, k):
         if i == WARMUP:
             sync(device)
             start = time.perf_counter()
+        marks = [time.perf_counter()]
         with torch.autocast(device.type, dtype=torch.bfloat16):
             logits = fused(b["input_ids"], b["attention_mask"])
         loss = torch.stack([torch.nn.functional.cross_entropy(logits[t].float(), b["labels"])
                             for t in range(k)])
         loss.sum().backward()
+        if phases is not None:  # where a step's time goes: synchronised at each boundary
+            sync(device)
+            marks.append(time.perf_counter())
         opt.clip()
+        if phases is not None:
+            sync(device)
+            marks.append(time.perf_counter())
         opt.step()
         opt.zero_grad()
+        if phases is not None and i >= WARMUP:
+            sync(device)
+            marks.append(time.perf_counter())
+            for name, a, b_ in zip(("forward_backward", "clip", "update"), marks, marks[1:]):
+                phases[name] = phases.get(name, 0.0) + (b_ - a) / STEPS
         losses.append(loss.detach()[0])
     sync(device)
     return time.perf_counter() - start, [float(v) for v in losses]
@@ -207,6 +221,10 @@ def main() -> None:
             print(f"[gpu] {name} K={k}: {rows['fused'][-1]['trials_worth']}x one trial's "
                   f"tokens/s", flush=True)
         result["models"][name] = rows
+        phases: dict = {}
+        run_fused(dims, data, device, ks[-1], phases)
+        rows["step_phases_s"] = {"k": ks[-1], **{n: round(v, 5) for n, v in phases.items()}}
+        print(f"[gpu] {name} K={ks[-1]} a step's phases (s): {rows['step_phases_s']}", flush=True)
         if name in ("minilm", "tiny"):
             rows["across_seeds"] = []
             for k in ((2,) if SMOKE else (4, 8)):

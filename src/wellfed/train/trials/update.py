@@ -66,16 +66,19 @@ class TrialAdamW:
     @torch.no_grad()
     def clip(self) -> torch.Tensor:
         """Clip each trial's gradients to its max_grad_norm (0 = never); returns each trial's
-        norm before clipping, (K,), as clip_grad_norm_ returns it alone."""
-        norms = []
-        for k, recipe in enumerate(self.recipes):
-            grads = [p.grad[k] for _, p in self.named if p.grad is not None]
-            total = torch.nn.utils.get_total_norm(grads)
-            coef = torch.clamp((recipe.max_grad_norm or float("inf")) / (total + 1e-6), max=1.0)
-            for g in grads:
-                g.mul_(coef)
-            norms.append(total)
-        return torch.stack(norms)
+        norm before clipping, (K,), as clip_grad_norm_ computes it alone (the 2-norm of the
+        weights' 2-norms, then the clamped coefficient), in a few kernels a weight whatever K:
+        each weight's K norms at once, each trial's coefficient broadcast over its slice."""
+        grads = [p.grad for _, p in self.named if p.grad is not None]
+        k = grads[0].shape[0]
+        each = torch.stack([g.reshape(k, -1).norm(dim=1) for g in grads], dim=1)  # (K, weights)
+        totals = each.norm(dim=1)
+        limits = torch.tensor([r.max_grad_norm or float("inf") for r in self.recipes],
+                              dtype=totals.dtype, device=totals.device)
+        coefs = torch.clamp(limits / (totals + 1e-6), max=1.0)
+        for g in grads:
+            g.mul_(coefs.reshape(k, *[1] * (g.ndim - 1)).to(g.dtype))
+        return totals
 
     @torch.no_grad()
     def step(self) -> None:
