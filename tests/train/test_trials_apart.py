@@ -138,3 +138,14 @@ def test_each_trials_stream_draws_what_its_seed_draws_alone():
     assert torch.equal(torch.cat([a, c]), torch.rand(6))
     torch.manual_seed(3)
     assert torch.equal(b, torch.rand(3))
+
+
+def test_a_trials_own_region_follows_the_layout_it_drops_out():
+    from wellfed.train.trials.layers import region
+
+    shapes = {2: (4, 8), 3: (4, 6, 8), 4: (4, 2, 6, 6)}
+    own = {2: (3, 8), 3: (3, 5, 8), 4: (3, 2, 5, 5)}  # rows 3, width 5 of 4 x 6
+    for ndim, shape in shapes.items():
+        assert torch.zeros(shape)[region(torch.zeros(shape), (3, 5))].shape == own[ndim]
+    with pytest.raises(ValueError, match="5 dimensions"):
+        region(torch.zeros(1, 1, 1, 1, 1), (1, 1))

@@ -49,10 +49,20 @@ class Fused:
 
 
 def region(block: torch.Tensor, shape: tuple[int, int]) -> tuple:
-    """The index of a block's own region: its rows, and its width where the block has a
-    sequence dimension (a hidden state (rows, width, ...); a pooled one is (rows, dim))."""
+    """The index of a block's own region, by the layouts transformers' encoders drop out: a
+    pooled state (rows, dim), a hidden state (rows, width, dim), attention probabilities
+    (rows, heads, width, width). Any other layout is refused rather than guessed."""
     rows, width = shape
-    return (slice(0, rows), slice(0, width)) if block.ndim >= 3 else (slice(0, rows),)
+    r, w = slice(0, rows), slice(0, width)
+    if block.ndim == 2:
+        return (r,)
+    if block.ndim == 3:
+        return (r, w)
+    if block.ndim == 4:
+        return (r, slice(None), w, w)
+    raise ValueError(f"fused trials of different seeds cannot drop out a tensor of "
+                     f"{block.ndim} dimensions {tuple(block.shape)}: train these trials "
+                     "one by one (search.fuse: false)")
 
 
 _current: contextvars.ContextVar[Fused | None] = contextvars.ContextVar("wellfed_fused",
