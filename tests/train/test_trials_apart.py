@@ -8,6 +8,8 @@ group pays for its trials' own batches is counted."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import shutil
 
 import numpy as np
 import pytest
@@ -149,3 +151,36 @@ def test_a_trials_own_region_follows_the_layout_it_drops_out():
         assert torch.zeros(shape)[region(torch.zeros(shape), (3, 5))].shape == own[ndim]
     with pytest.raises(ValueError, match="5 dimensions"):
         region(torch.zeros(1, 1, 1, 1, 1), (1, 1))
+
+
+ENCODERS = {  # tiny random-init configs of other encoder families (BERT is tiny_model_dir's)
+    "roberta": {"architectures": ["RobertaForSequenceClassification"], "model_type": "roberta",
+                "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+                "intermediate_size": 64, "max_position_embeddings": 514, "vocab_size": 30522,
+                "type_vocab_size": 1, "pad_token_id": 0, "hidden_dropout_prob": 0.1,
+                "attention_probs_dropout_prob": 0.1},
+    "distilbert": {"architectures": ["DistilBertForSequenceClassification"],
+                   "model_type": "distilbert", "dim": 32, "n_layers": 2, "n_heads": 2,
+                   "hidden_dim": 64, "vocab_size": 30522, "pad_token_id": 0, "dropout": 0.1,
+                   "attention_dropout": 0.1, "seq_classif_dropout": 0.2},
+    "electra": {"architectures": ["ElectraForSequenceClassification"], "model_type": "electra",
+                "hidden_size": 32, "embedding_size": 16, "num_hidden_layers": 2,
+                "num_attention_heads": 2, "intermediate_size": 64, "vocab_size": 30522,
+                "pad_token_id": 0, "hidden_dropout_prob": 0.1,
+                "attention_probs_dropout_prob": 0.1},
+}
+
+
+@pytest.mark.parametrize("family", sorted(ENCODERS))
+def test_other_encoder_families_learn_across_seeds_what_they_learn_alone(tmp_path,
+                                                                        tiny_model_dir, family):
+    model_dir = tmp_path / family
+    shutil.copytree(tiny_model_dir, model_dir)
+    (model_dir / "config.json").write_text(json.dumps(ENCODERS[family]))
+    tokens = token_dir(tmp_path / "tokens", "single_label")
+    configs = configs_of()
+    job = job_for(tokens, model_dir, "single_label")
+    run = trial_group.train_group(job, configs, CPU)
+    for k, cfg in enumerate(configs):
+        losses, _ = alone(dataclasses.replace(job, train=cfg))
+        assert_same([r["loss"] for r in run.history[k]], losses, f"{family} trial {k}")
