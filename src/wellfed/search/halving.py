@@ -116,7 +116,9 @@ def proof_phase(cfg: SearchConfig, setting: Setting, p, uri: str, parent: str,
                 chosen: list[dict], k: int) -> tuning.Phase:
     configs = proof.proof_configs(chosen, list(cfg.seeds))
     print(f"[wellfed] final check: {len(chosen)} finalist(s) x {len(cfg.seeds)} seeds at "
-          f"{p.full} steps, fused across seeds in groups of up to {max(k, 1)}: "
+          f"{p.full} steps, "
+          + (f"fused across seeds in groups of up to {k}: " if k > 1 else
+             "in groups of one (K = 1: fusing gains nothing on this device): ")
           + "; ".join(space.shown(r["recipe"]) for r in chosen), flush=True)
     teller = story.Story(uri, parent, p.search_id, "proof", p.folder, p.metric,
                          Rungs([], cfg.reduction_factor, p.lower), p.full, len(configs))
