@@ -338,3 +338,18 @@ def test_a_state_written_on_another_machine_stops_the_search_in_one_line(monkeyp
                                          r"its group trained on another machine") as err:
         rounds.search_rounds(cfg, setting, p, Teller(), Asked(), ["s_00000", "s_00001"], 2)
     assert "\n" not in str(err.value) and "search.fuse: false" in str(err.value)
+
+
+def test_the_final_check_fuses_across_seeds_on_a_gpu_and_by_seed_on_a_cpu():
+    # finalist A's seed-1 run is its own search trial: A2, A3, B1, B2, B3 to train
+    todo = [(f"t{f}{seed}", {}, {}, seed) for f in "AB" for seed in (1, 2, 3)
+            if (f, seed) != ("A", 1)]
+    ids = lambda groups: [[m[0] for m in g] for g in groups]  # noqa: E731
+    gpu, how = halving.proof_grouping(todo, [1, 2, 3], 5, gpu=True)
+    assert ids(gpu) == [["tB1", "tA2", "tB2", "tA3", "tB3"]] and "across seeds" in how
+    assert ids(halving.proof_grouping(todo, [1, 2, 3], 2, gpu=True)[0]) == [
+        ["tB1", "tA2"], ["tB2", "tA3"], ["tB3"]]  # the fewest groups, one seed's together
+    cpu, how = halving.proof_grouping(todo, [1, 2, 3], 5, gpu=False)
+    assert ids(cpu) == [["tB1"], ["tA2", "tB2"], ["tA3", "tB3"]] and "by seed" in how
+    ones, how = halving.proof_grouping(todo, [1, 2, 3], 1, gpu=True)
+    assert [len(g) for g in ones] == [1] * 5 and "groups of one" in how

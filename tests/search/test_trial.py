@@ -66,3 +66,23 @@ def test_a_warm_process_gives_the_same_trial_twice_and_proof_trials_carry_predic
     assert [r["val/loss"] for r in first] == [r["val/loss"] for r in again]
     assert len(decode(first[-1]["predicted"])) == 32
     assert (decode(first[-1]["predicted"]) == decode(again[-1]["predicted"])).all()
+
+
+def test_a_final_check_group_of_different_seeds_gives_each_run_what_it_gets_alone(setting):
+    """search/fused.py's group task with finalists x seeds in one group: each member's reports
+    (its curve, validation figures and predictions) are those of the same search trial alone."""
+    from wellfed.search import fused
+
+    members = [({"train.lr": 2e-3}, 1), ({"train.lr": 5e-4}, 2), ({"train.lr": 2e-3}, 2)]
+    got = fused.train_group(setting, members, 1)
+    assert got[0]["tokens"]["computed"] > got[0]["tokens"]["alone"]  # own batches: padding
+    for (recipe, seed), result in zip(members, got):
+        alone = run(setting, recipe, seed, "proof")
+        fused_reports = result["reports"]
+        assert [r["step"] for r in fused_reports] == [r["step"] for r in alone] == [4, 8, 24]
+        for f, a in zip(fused_reports, alone):
+            assert f["seed"] == a["seed"] == seed
+            assert f["val/loss"] == pytest.approx(a["val/loss"], rel=1e-5)
+            assert [x[1] for x in f["records"]] == pytest.approx([x[1] for x in a["records"]],
+                                                                 rel=1e-5)
+        assert (decode(fused_reports[-1]["predicted"]) == decode(alone[-1]["predicted"])).all()

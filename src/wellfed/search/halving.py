@@ -1,9 +1,10 @@
 """The two phases of a fused search (search/fused.py trains the groups): the search phase,
 TPE proposing each group of K recipes from every trial at the first rung before it and
 successive halving across all of them (search/rounds.py), and the final check, the finalists
-x seeds fused across seeds (each trial its own batches, dropout and head init:
-train/trials/apart.py) in groups of K, where a finalist's own full-budget search trial stands
-for its seed when that seed is one of them (trained once, not twice).
+x seeds in groups of K (`proof_grouping`: on a GPU fused across seeds, each trial its own
+batches, dropout and head init, train/trials/apart.py; on a CPU by seed), where a finalist's own
+full-budget search trial stands for its seed when that seed is one of them (trained once, not
+twice).
 """
 
 from __future__ import annotations
@@ -116,10 +117,7 @@ def proof_phase(cfg: SearchConfig, setting: Setting, p, uri: str, parent: str,
                 chosen: list[dict], k: int) -> tuning.Phase:
     configs = proof.proof_configs(chosen, list(cfg.seeds))
     print(f"[wellfed] final check: {len(chosen)} finalist(s) x {len(cfg.seeds)} seeds at "
-          f"{p.full} steps, "
-          + (f"fused across seeds in groups of up to {k}: " if k > 1 else
-             "in groups of one (K = 1: fusing gains nothing on this device): ")
-          + "; ".join(space.shown(r["recipe"]) for r in chosen), flush=True)
+          f"{p.full} steps, " + "; ".join(space.shown(r["recipe"]) for r in chosen), flush=True)
     teller = story.Story(uri, parent, p.search_id, "proof", p.folder, p.metric,
                          Rungs([], cfg.reduction_factor, p.lower), p.full, len(configs))
     done = story.ledger(p.folder, "proof")
@@ -137,12 +135,30 @@ def proof_phase(cfg: SearchConfig, setting: Setting, p, uri: str, parent: str,
             teller.complete(trial)
             continue
         todo.append((trial, {"proof": config}, config["recipe"], config["seed"]))
-    # Across seeds: the fewest groups; in seed order, so that trials of one seed share a group
-    # (and its batches) where K allows.
-    todo.sort(key=lambda m: cfg.seeds.index(m[3]))
-    groups = chunks(todo, k)
+    groups, how = proof_grouping(todo, list(cfg.seeds), k, setting.use_gpu)
+    if todo:
+        print(f"[wellfed] final check: {len(todo)} run(s) to train, {how}", flush=True)
     stopped = proof_groups(groups, cfg, setting, teller, k)
     return tuning.Phase("fused-proof", stopped, [])
+
+
+def proof_grouping(todo: list[tuple], seeds: list[int], k: int,
+                   gpu: bool) -> tuple[list[list[tuple]], str]:
+    """The final check's runs to train ((trial, config, recipe, seed) each) as groups of up to
+    `k`, and how, in a few words. Trials of one seed share their batches; trials of different
+    seeds in one group each bring their own, padded to one shape (train/trials/apart.py). On a
+    GPU, where a small model's step costs about as much at twice the tokens, fewer groups win:
+    across seeds, in seed order (one seed's trials together where K allows). On a CPU every
+    token padded is paid (4 seeds fused stepped at 0.62x the trials alone,
+    benchmarks/results/fused_trials_apart.json): by seed."""
+    ordered = sorted(todo, key=lambda m: seeds.index(m[3]))
+    if k <= 1:
+        return chunks(ordered, 1), "in groups of one (K = 1: fusing gains nothing on this device)"
+    if gpu:
+        return chunks(ordered, k), f"fused across seeds in groups of up to {k} (a GPU)"
+    return ([g for seed in seeds for g in chunks([m for m in ordered if m[3] == seed], k)],
+            f"fused by seed in groups of up to {k} (a CPU pays for the padding that trials of "
+            "different seeds in one group need)")
 
 
 def proof_groups(groups: list[list[tuple]], cfg: SearchConfig, setting: Setting, teller,
