@@ -84,3 +84,18 @@ def test_eval_batches_cover_every_row_once_sorted(lengths):
     spec = BatchSpec(global_batch=1, world_size=2, micro_rows=50, micro_tokens=1000)
     rows = [i for r in range(2) for b in eval_batches(lengths, spec, r) for i in b.tolist()]
     assert sorted(rows) == list(range(len(lengths)))
+
+
+def test_an_eval_batch_holds_rows_of_one_padded_width(lengths):
+    """No row is padded to a longer neighbour's width: with exact widths (pad_multiple 1, a
+    CPU) no eval batch has padding at all; with multiples of 8, each batch one multiple."""
+    for multiple in (1, 8):
+        spec = BatchSpec(global_batch=1, world_size=1, micro_rows=50, pad_multiple=multiple)
+        batches = eval_batches(lengths, spec, 0)
+        assert sorted(i for b in batches for i in b.tolist()) == list(range(len(lengths)))
+        for b in batches:
+            assert len({spec.width(n) for n in lengths[b]}) == 1
+            assert len(b) <= 50
+    exact = eval_batches(lengths, BatchSpec(global_batch=1, world_size=1, micro_rows=50), 0)
+    assert all(len(set(lengths[b].tolist())) == 1 for b in exact)
+    assert eval_batches(np.zeros(0, np.int64), BatchSpec(global_batch=1, world_size=1), 0) == []
