@@ -114,6 +114,25 @@ class Stopped(Exception):
     pass
 
 
+def stopped_and_resumed(job, configs, rungs: frozenset, stop_at: int, saved):
+    """The group trained whole, and trained again stopped at rung `stop_at` (its state saved
+    to `saved`) then started again; at the first rung it keeps trials 2 and 0."""
+    def decide(stop=None):
+        def at(step, figures):
+            if step == stop:
+                raise Stopped
+            return [2, 0] if step == min(rungs) else sorted(figures)
+        return at
+
+    whole = trial_group.train_group(job, configs, CPU, validate_at=rungs, decide=decide())
+    with pytest.raises(Stopped):
+        trial_group.train_group(job, configs, CPU, validate_at=rungs, decide=decide(stop_at),
+                                saved=saved)
+    again = trial_group.train_group(job, configs, CPU, validate_at=rungs, decide=decide(),
+                                    saved=saved)
+    return whole, again
+
+
 def test_a_group_stopped_after_a_rung_goes_on_from_it_as_if_never_stopped(tmp_path,
                                                                             tiny_model_dir):
     """The state saved at a rung (trials/resume.py) across an epoch's end (5 steps an epoch):
@@ -123,21 +142,8 @@ def test_a_group_stopped_after_a_rung_goes_on_from_it_as_if_never_stopped(tmp_pa
     configs = [dataclasses.replace(BASE, max_steps=8, **r) for r in RECIPES]
     job = job_for(tokens, tiny_model_dir, "single_label", max_steps=8)
     rungs = frozenset({2, 5, 7})
-
-    def decide(stop_at=None):
-        def at(step, figures):
-            if step == stop_at:
-                raise Stopped
-            return [2, 0] if step == 2 else sorted(figures)
-        return at
-
-    whole = trial_group.train_group(job, configs, CPU, validate_at=rungs, decide=decide())
     saved = tmp_path / "group.pt"
-    with pytest.raises(Stopped):
-        trial_group.train_group(job, configs, CPU, validate_at=rungs, decide=decide(7),
-                                saved=saved)
-    again = trial_group.train_group(job, configs, CPU, validate_at=rungs, decide=decide(),
-                                    saved=saved)
+    whole, again = stopped_and_resumed(job, configs, rungs, 7, saved)
     assert (whole.resumed_at, again.resumed_at) == (0, 5)
     assert again.steps == whole.steps == {0: 8, 1: 2, 2: 8}
     for k in range(3):

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from tests.train.test_trials import (BASE, CPU, RECIPES, alone, assert_same, close, job_for,
-                                     token_dir)
+                                     stopped_and_resumed, token_dir)
 from wellfed.train.trials import apart
 from wellfed.train.trials import group as trial_group
 
@@ -73,10 +73,6 @@ def test_a_token_budget_that_cuts_each_seeds_batches_differently_changes_nothing
         assert_same([r["loss"] for r in run.history[k]], losses, f"trial {k} (seed {cfg.seed})")
 
 
-class Stopped(Exception):
-    pass
-
-
 def test_a_group_of_different_seeds_stopped_at_a_rung_goes_on_as_if_never_stopped(
         tmp_path, tiny_model_dir):
     """Each trial's own random state and data order are in the saved state: the group started
@@ -86,21 +82,7 @@ def test_a_group_of_different_seeds_stopped_at_a_rung_goes_on_as_if_never_stoppe
     configs = configs_of(max_steps=8)
     job = job_for(tokens, tiny_model_dir, "single_label", max_steps=8)
     rungs = frozenset({2, 5})
-
-    def decide(stop_at=None):
-        def at(step, figures):
-            if step == stop_at:
-                raise Stopped
-            return [2, 0] if step == 2 else sorted(figures)
-        return at
-
-    whole = trial_group.train_group(job, configs, CPU, validate_at=rungs, decide=decide())
-    saved = tmp_path / "group.pt"
-    with pytest.raises(Stopped):
-        trial_group.train_group(job, configs, CPU, validate_at=rungs, decide=decide(5),
-                                saved=saved)
-    again = trial_group.train_group(job, configs, CPU, validate_at=rungs, decide=decide(),
-                                    saved=saved)
+    whole, again = stopped_and_resumed(job, configs, rungs, 5, tmp_path / "group.pt")
     assert again.resumed_at == 2 and again.steps == whole.steps == {0: 8, 1: 2, 2: 8}
     for k in range(3):
         assert [r["loss"] for r in again.history[k]] == [r["loss"] for r in whole.history[k]]
