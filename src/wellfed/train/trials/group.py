@@ -51,8 +51,8 @@ def refusal(configs: list[TrainConfig], models: list | None = None) -> str | Non
             if f.name not in VARIES + APART and getattr(cfg, f.name) != getattr(first, f.name):
                 return (f"trial {i} has train.{f.name}={getattr(cfg, f.name)!r} where trial 0 "
                         f"has {getattr(first, f.name)!r}: fused trials may differ only in "
-                        f"{', '.join('train.' + v for v in VARIES)}; group them by that value "
-                        "or train them one by one")
+                        f"{', '.join('train.' + v for v in VARIES + APART)}; group them by that "
+                        "value or train them one by one")
     for i, m in enumerate((models or [])[1:], 1):
         if m != models[0]:
             diff = next(f.name for f in dataclasses.fields(m)
