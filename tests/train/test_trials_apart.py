@@ -71,6 +71,15 @@ def test_a_token_budget_that_cuts_each_seeds_batches_differently_changes_nothing
     for k, cfg in enumerate(configs):
         losses, _ = alone(dataclasses.replace(job, train=cfg))
         assert_same([r["loss"] for r in run.history[k]], losses, f"trial {k} (seed {cfg.seed})")
+    # A halving at step 2 drops seed 6's only trial; its step 3 has more micro-batches than
+    # seed 5's, which the survivors then neither wait for nor gather.
+    assert cut[6][2] > cut[5][2], cut
+    halved = trial_group.train_group(job, configs, CPU, validate_at=frozenset({2}),
+                                     decide=lambda step, figures: [2, 0])
+    assert halved.steps == {0: 6, 1: 2, 2: 6}
+    for k in (0, 2):
+        assert_same([r["loss"] for r in halved.history[k]], [r["loss"] for r in run.history[k]],
+                    f"survivor {k}")
 
 
 def test_a_group_of_different_seeds_stopped_at_a_rung_goes_on_as_if_never_stopped(
@@ -91,6 +100,22 @@ def test_a_group_of_different_seeds_stopped_at_a_rung_goes_on_as_if_never_stoppe
     assert_same([r["loss"] for r in whole.history[2]], losses, "survivor of seed 5")
 
 
+def test_a_state_saved_for_other_seeds_is_not_gone_on_from(tmp_path, tiny_model_dir):
+    """A group file names its trials by place: the same places with other seeds (search.seeds
+    changed) start afresh instead of going on from another seed's state."""
+    tokens = token_dir(tmp_path / "tokens", "single_label")
+    job = job_for(tokens, tiny_model_dir, "single_label")
+    saved = tmp_path / "group.pt"
+    configs = configs_of()
+    first = trial_group.train_group(job, configs, CPU, validate_at=frozenset({3}), saved=saved)
+    assert saved.is_file() and first.resumed_at == 0
+    again = trial_group.train_group(job, configs, CPU, validate_at=frozenset({3}), saved=saved)
+    assert again.resumed_at == 3
+    other = [dataclasses.replace(c, seed=c.seed + 10) for c in configs]
+    assert trial_group.train_group(job, other, CPU, validate_at=frozenset({3}),
+                                   saved=saved).resumed_at == 0
+
+
 def test_trials_own_batches_are_stacked_to_one_shape_with_their_own_regions():
     def host(rows, width, padded):
         mask = np.ones((rows, width), np.int64)
@@ -107,6 +132,11 @@ def test_trials_own_batches_are_stacked_to_one_shape_with_their_own_regions():
     assert batch["attention_mask"][3].tolist() == [1, 0, 0, 0, 0]
     assert batch["attention_mask"][6].tolist() == [1, 1, 1, 1, 0]
     assert batch["input_ids"][6].tolist() == [7, 7, 7, 7, 0]
+    # as loader processes hand them over (data.loader_workers): CPU tensors, the same batch
+    as_tensors = [None if h is None else {k: torch.from_numpy(np.asarray(v)) for k, v in h.items()}
+                  for h in (host(2, 5, True), None, host(3, 4, False))]
+    again, own_again, _ = apart.stacked(as_tensors, pad_id=0)
+    assert own_again == own and all((again[k] == batch[k]).all() for k in batch)
 
 
 def test_each_trials_stream_draws_what_its_seed_draws_alone():

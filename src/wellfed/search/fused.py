@@ -3,8 +3,9 @@ Ray task on one device (ray.gpus_per_worker > 0: a whole GPU; a CPU: the node's 
 same search runs on a cluster. Here: whether a search can fuse, K (chosen once per search from
 the device, train/trials/sizing.py, printed and recorded on the parent run), a group's task and
 its results as a search trial reports them, and the final check's groups (the finalists x
-seeds fused across seeds, each group writing its state at the rungs to `groups/` in the
-search's folder and going on from there after a stop: train/trials/resume.py). The search phase's successive
+seeds, grouped by search/halving.py's `proof_grouping`: across seeds on a GPU, by seed on a CPU;
+each group writing its state at the rungs to `groups/` in the search's folder and going on from
+there after a stop: train/trials/resume.py). The search phase's successive
 halving across all its trials, group by group and rung by rung, is search/rounds.py.
 """
 
@@ -180,9 +181,10 @@ def size(setting: Setting, wanted: int, threads: int):
 def train_group(setting: Setting, members: list[tuple[dict, int]], threads: int,
                 saved: str | None = None, start: list[str] | None = None, stop_at: int = 0,
                 slices: list[str] | None = None) -> list[dict]:
-    """Train `members` ((recipe, seed) each, one seed for all) as one group, its state at each
-    rung kept in `saved` (and gone on from where it is); returns per member {"reports": [...],
-    "resumed_at": the step it went on from, 0 if none} as a search trial reports them. A group of a search halving across all its trials (search/rounds.py)
+    """Train `members` ((recipe, seed) each; seeds may differ: train/trials/apart.py) as one
+    group, its state at each rung kept in `saved` (and gone on from where it is); returns per
+    member {"reports": [...], "resumed_at": the step it went on from, 0 if none, "tokens": the
+    group's real, computed and alone token counts} as a search trial reports them. A group of a search halving across all its trials (search/rounds.py)
     goes on from its members' `start` files, stops at `stop_at` and writes each member's state
     to its `slices` file."""
     import contextlib

@@ -147,10 +147,11 @@ def proof_grouping(todo: list[tuple], seeds: list[int], k: int,
     """The final check's runs to train ((trial, config, recipe, seed) each) as groups of up to
     `k`, and how, in a few words. Trials of one seed share their batches; trials of different
     seeds in one group each bring their own, padded to one shape (train/trials/apart.py). On a
-    GPU, where a small model's step costs about as much at twice the tokens, fewer groups win:
-    across seeds, in seed order (one seed's trials together where K allows). On a CPU every
-    token padded is paid (4 seeds fused stepped at 0.62x the trials alone,
-    benchmarks/results/fused_trials_apart.json): by seed."""
+    GPU across seeds, in seed order (one seed's trials together where K allows): the fewest
+    groups, on the expectation that a small model's step there costs about as much at twice
+    the tokens (not yet measured on a GPU: benchmarks/gpu_fused_trials.py's across-seeds case
+    is for that). On a CPU every token padded is paid (4 seeds fused stepped at 0.62x the
+    trials alone, benchmarks/results/fused_trials_apart.json): by seed."""
     ordered = sorted(todo, key=lambda m: seeds.index(m[3]))
     if k <= 1:
         return chunks(ordered, 1), "in groups of one (K = 1: fusing gains nothing on this device)"

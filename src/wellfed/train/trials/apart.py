@@ -87,7 +87,10 @@ def stacked(hosts: list[dict | None], pad_id: int):
     """One host batch of the trials' own micro-batches (None: a trial without one), block after
     block, each padded to the largest rows and width: filler rows are pad tokens with their
     first token attended (attention stays finite), weight 0. Returns (batch, own shapes,
-    whether each own batch is padded)."""
+    whether each own batch is padded). Host batches may come as numpy arrays (gathered inline)
+    or as CPU tensors (from loader processes: data.loader_workers)."""
+    hosts = [None if h is None else {key: np.asarray(value) for key, value in h.items()}
+             for h in hosts]
     real = [h for h in hosts if h is not None]
     rows = max(len(h["input_ids"]) for h in real)
     width = max(h["input_ids"].shape[1] for h in real)
@@ -125,8 +128,9 @@ def step_apart(fused, opt, s, steps: list, batches: list, of: list[int], task: s
     k = len(of)
     loss_sum = torch.zeros(k, device=s.device)
     computed = 0
-    for i in range(max(len(st.micro) for st in steps)):
-        hosts = [next(b) if i < len(st.micro) else None for st, b in zip(steps, batches)]
+    used = sorted(set(of))  # a seed whose trials a halving dropped is not gathered any more
+    for i in range(max(len(steps[j].micro) for j in used)):
+        hosts = {j: next(batches[j]) if i < len(steps[j].micro) else None for j in used}
         host, own, masked = stacked([hosts[j] for j in of], pad_id)
         computed += int(host["input_ids"].size)
         batch = dev.to_device(host, s.device)

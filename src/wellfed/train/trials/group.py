@@ -130,7 +130,8 @@ def train_group(job, configs: list[TrainConfig], place, *, validate_at=frozenset
     alive = list(range(len(configs)))
     out = GroupRun(history={k: [] for k in alive}, validations={k: [] for k in alive},
                    tokens={"real": 0, "computed": 0, "alone": 0})
-    state = resume.merged(start) if start else resume.load(saved, len(configs))
+    state = (resume.merged(start) if start else
+             resume.load(saved, len(configs), [c.seed for c in configs]))
     done, at = 0, (0, 0)
     if state:
         alive = resume.restore(state, fused, opt, out, device, cfg.seed)

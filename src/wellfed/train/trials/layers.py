@@ -152,8 +152,10 @@ class TrialLayerNorm(nn.Module):
 
 
 class TrialDropout(nn.Module):
-    """Dropout with one mask per block shape, drawn as a trial alone draws it (the generator's
-    next draw for a tensor of the block's shape) and applied to every trial's block."""
+    """Dropout drawn as a trial alone draws it. Trials of one seed: one mask of the block's
+    shape (the generator's next draw for a tensor of that shape), applied to every trial's
+    block. Trials of different seeds: each block's own mask, of its own region's shape, from
+    its trial's own stream."""
 
     def __init__(self, p: float):
         super().__init__()

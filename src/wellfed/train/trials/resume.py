@@ -101,9 +101,10 @@ def merged(paths: list[Path]) -> dict:
             "out": out}
 
 
-def load(path: Path | None, trials: int) -> dict | None:
-    """The state `save` wrote for a group of `trials`, or None where there is none (or it was
-    written by another version or for another group: the group then starts afresh)."""
+def load(path: Path | None, trials: int, seeds: list[int] | None = None) -> dict | None:
+    """The state `save` wrote for a group of `trials` (of these `seeds`, where given), or None
+    where there is none (or it was written by another version or for another group: the group
+    then starts afresh)."""
     if path is None or not path.is_file():
         return None
     # our own file, in the search's folder: its random states hold Python tuples and numpy
@@ -111,6 +112,9 @@ def load(path: Path | None, trials: int) -> dict | None:
     state = torch.load(path, map_location="cpu", weights_only=False)
     if state.get("version") != VERSION or state.get("trials") != trials:
         return None
+    if seeds is not None and "seeds" in state and state["seeds"] != [seeds[k] for k in
+                                                                      state["alive"]]:
+        return None  # the same trials' places, other seeds (search.seeds changed)
     return state
 
 
