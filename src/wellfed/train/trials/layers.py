@@ -20,14 +20,12 @@ import contextlib
 import contextvars
 import copy
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-if TYPE_CHECKING:
-    from wellfed.train.trials.apart import Streams  # noqa: F401 (an annotation)
+from wellfed.train.trials.apart import Streams, get_state, set_state
 
 FUSABLE = (nn.Linear, nn.Embedding, nn.LayerNorm)
 """The weight modules a trial dimension is given to; a model with any other refuses fusion."""
@@ -181,12 +179,8 @@ class TrialDropout(nn.Module):
 @contextlib.contextmanager
 def rewinding(device: torch.device):
     """Yields `rewind()`, which sets the device's generator back to its state on entry."""
-    if device.type == "cuda":
-        state = torch.cuda.get_rng_state(device)
-        yield lambda: torch.cuda.set_rng_state(state, device)
-    else:
-        state = torch.get_rng_state()
-        yield lambda: torch.set_rng_state(state)
+    state = get_state(device)
+    yield lambda: set_state(state, device)
 
 
 def trial_attention(inner):
