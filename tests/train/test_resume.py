@@ -27,8 +27,9 @@ from wellfed.config import DataConfig, ModelConfig, TrainConfig
 from wellfed.train.checkpoints import checkpoint
 from wellfed.train.step.loop import Place, TrainJob, train
 
-STOPS = (3, 8, 13)
-"""Where the stopped run stops: inside epoch 0, on its last step, and inside epoch 1."""
+STOPS = (6, 8, 13)
+"""Where the stopped run stops: inside epoch 0 on a step that validates, on the epoch's last step,
+and inside epoch 1."""
 STEPS = 16
 
 
@@ -114,6 +115,24 @@ def test_a_run_stopped_three_times_is_the_uninterrupted_run(tokens, tiny_model_d
     assert figures(state) == figures(straight)
     mine, theirs = checkpoint.weights(last), checkpoint.weights(whole.last)
     assert len(mine) > 10 and all(torch.equal(mine[k], theirs[k]) for k in theirs)
+
+
+def test_a_stop_on_a_validation_step_keeps_that_validation_and_early_stopping(tokens,
+                                                                              tiny_model_dir,
+                                                                              tmp_path):
+    """A stop that lands on a step due to validate validates first: before, the stopped run
+    skipped step 6's validation for good and, with patience, early-stopped 2 steps later than
+    the uninterrupted run (at 6 instead of 4 here, validating every 2 steps)."""
+    job = job_for(tokens, tiny_model_dir, eval_every=2, early_stopping_patience=1, lr=3e-1)
+    cpu = Place(torch.device("cpu"))
+    straight = train(job, cpu, Keep(tmp_path / "whole"))
+    assert straight.step < STEPS  # the patience ran out: the case this test is about
+    first = Keep(tmp_path / "part0")
+    stop = straight.step - 2  # a validation step, before the one that stops the run early
+    assert train(job, cpu, first, stop=stop_at(0, stop)).step == stop
+    state = train(job, cpu, Keep(tmp_path / "part1"), resume=first.last)
+    assert state.step == straight.step
+    assert figures(state) == figures(straight)
 
 
 def run_world_two(rank: int, tokens: str, model_dir: str, out: str) -> None:

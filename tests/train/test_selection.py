@@ -169,10 +169,10 @@ def test_early_stop_after_patience_flat_validations(job, tmp_path, monkeypatch, 
 
 
 def test_a_resume_keeps_the_best_so_far(job, tmp_path, monkeypatch):
-    plant(monkeypatch, [0.5, 0.8, 0.6, 0.7, 0.65, 0.75, 0.7])
+    plant(monkeypatch, [0.5, 0.8, 0.6, 0.7, 0.65, 0.75, 0.7, 0.72])
     longer = with_train(job, epochs=2)  # 32 steps, validations every 4
     first = Storage(tmp_path, "best")
-    stops = iter([False] * 11 + [True])  # preempted after step 12: no validation there
+    stops = iter([False] * 11 + [True])  # preempted after step 12: it validates first
     state = run(longer, first, stop=lambda: next(stops))
     assert state.step == 12 and state.best.step == 8 and first.kept() == [8, 12]
     second = Storage(tmp_path, "best")  # a new process: a launch of its own, the same store

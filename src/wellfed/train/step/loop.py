@@ -234,7 +234,10 @@ def train(job: TrainJob, place: Place, report: Report, *, resume: Path | None = 
             stopping = not last and stop is not None and stop()
             due = (state.step in validate_at if validate_at is not None else
                    cfg.eval_every and state.step % cfg.eval_every == 0)
-            do_eval = last or (not stopping and due)  # a stop has a deadline: no eval
+            # A stop on a step due to validate validates first, as the uninterrupted run does
+            # there: skipped, that validation would be lost for good and early stopping and
+            # `select: best` would decide on other figures (its time counts against the stop's).
+            do_eval = last or due
             do_ckpt = checkpoints and (last or stopping or (
                 cfg.checkpoint_every and state.step % cfg.checkpoint_every == 0))
             if not (do_eval or do_ckpt or state.step % cfg.report_every == 0):
