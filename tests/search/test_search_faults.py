@@ -56,6 +56,26 @@ def test_free_space_is_checked_before_any_trial_or_run(project, tiny_model_dir, 
     assert line.endswith("then rerun `wellfed-search` to resume it")
 
 
+def test_the_room_fused_trials_keep_at_a_rung_is_checked_too(tmp_path, monkeypatch):
+    """Fused trials keep each trial's weights and AdamW's moments at a rung (trials/resume.py):
+    3 x the model a trial. Before, the check asked 2 MB a trial whatever the model, so a disk
+    with room for that passed and filled mid-search (MiniLM: 270 MB a trial)."""
+    from wellfed.search import room
+
+    model = tmp_path / "model"
+    model.mkdir()
+    with open(model / "model.safetensors", "wb") as f:
+        f.truncate(10_000_000)  # a 10 MB model: 30 MB a fused trial
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr("wellfed.outputs.shutil.disk_usage", lambda _: usage(10**9, 0, 4 * 10**8))
+    assert room.state_bytes("auto", 16, str(model)) == 16 * 30_000_000
+    assert room.state_bytes("false", 16, str(model)) == 0  # ASHA's trials keep no state
+    room.check(tmp_path / "search", 16, None, False, room.state_bytes("false", 16, str(model)))
+    with pytest.raises(WriteFault) as full:
+        room.check(tmp_path / "search", 16, None, False, room.state_bytes("auto", 16, str(model)))
+    assert "it has 400 MB free, and this stage will write about 512 MB" in str(full.value)
+
+
 @pytest.fixture
 def search(project):
     """A search's parent run and its story of the search phase, in a sqlite store here."""

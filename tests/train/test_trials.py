@@ -179,7 +179,7 @@ def test_trials_of_two_groups_go_on_from_their_slices_as_one_group_as_alone(tmp_
         for key, value in vals[6].items():
             assert close(on.validations[pos][-1][key], value), (k, key)
     # a slice holds one trial's weights, not a view of the group's K
-    one = torch.load(at[0], weights_only=False)
+    one = torch.load(at[0], weights_only=True)  # plain values: a checkpoint's load reads it
     name = one["stacked"][0]
     weight = one["weights"][name]
     assert weight.shape[0] == 1
@@ -191,6 +191,37 @@ def test_trials_of_two_groups_go_on_from_their_slices_as_one_group_as_alone(tmp_
         trial_group.train_group(job, [configs[2]], CPU, start=[at[2]], stop_at=5,
                                 slices={0: later})
         resume.merged([at[0], later])
+
+
+class Planted:
+    """A pickle that runs a command when loaded without weights_only."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return os.system, (f"touch {self.marker}",)
+
+
+def test_a_group_state_planted_in_the_search_folder_runs_nothing(tmp_path, capsys):
+    """Before, a group's state was read with a full unpickling (it held numpy values): a file
+    planted as groups/<id>.pt ran its command when the search went on from it."""
+    from wellfed.train.trials import resume
+
+    marker, planted = tmp_path / "ran", tmp_path / "group.pt"
+    torch.save({"version": resume.VERSION, "trials": 2, "code": Planted(marker)}, planted)
+    assert resume.load(planted, 2) is None  # the group starts afresh
+    assert not marker.exists() and not planted.exists()
+    assert (tmp_path / "group.pt.unreadable").is_file()
+    line = capsys.readouterr().out.strip()
+    assert line.startswith(f"[wellfed] {planted} is not a group state this search wrote (")
+    assert line.endswith("set aside as group.pt.unreadable; the group starts again from step 0")
+    torch.save({"code": Planted(marker)}, planted)
+    with pytest.raises(ValueError, match="is not a group state this search wrote") as err:
+        resume.merged([planted])
+    assert not marker.exists() and "\n" not in str(err.value)
 
 
 def test_the_check_can_fail_a_trial_with_another_data_order(tmp_path, tiny_model_dir):

@@ -82,8 +82,10 @@ def run(search_cfg: SearchConfig, train_cfg: TrainConfig, model_cfg: ModelConfig
     lock.name(root, p.search_id)
     uri = tracking_uri(mlflow_cfg.tracking_uri, project)
     local = not (ray_cfg.address or _env_address())
-    room.check(p.folder, search_cfg.trials + search_cfg.finalists * len(search_cfg.seeds),
-               local_store(uri), local)  # before the parent run opens, as a stage's preflight
+    finals = search_cfg.finalists * len(search_cfg.seeds)
+    room.check(p.folder, search_cfg.trials + finals, local_store(uri), local,
+               room.state_bytes(search_cfg.fuse, max(search_cfg.trials, finals),
+                                _model_source(meta)))  # before the parent run opens
     parent = story.parent_run(uri, mlflow_cfg.experiment, p.search_id,
                               {**flatten({"search": search_cfg}), "search.metric": p.metric,
                                "search.budget_steps": p.full,

@@ -33,11 +33,27 @@ FULL_BYTES = 1_000_000
 reports its syncer's ENOSPC in a TuneError without the errno)."""
 
 
-def check(folder: Path, trials: int, store: Path | None, local_ray: bool) -> None:
+STATE_COPIES = 3
+"""A fused trial's state at a rung (trials/resume.py): its weights and AdamW's two moments,
+each the size of the model's fp32 weights."""
+
+
+def state_bytes(fuse: str, trials: int, source: str) -> int:
+    """What fused trials keep in the search folder at once: at a rung every trial of the search
+    may have its slice there (weights and AdamW's moments: MiniLM's 90 MB weights make 270 MB a
+    trial); none for trials one at a time with ASHA (search.fuse false), which keep no state."""
+    from wellfed.model import weight_bytes
+
+    return 0 if fuse == "false" else trials * STATE_COPIES * weight_bytes(source)
+
+
+def check(folder: Path, trials: int, store: Path | None, local_ray: bool,
+          states: int = 0) -> None:
     """Before any trial: the search folder, a local MLflow store and local Ray's temp folder
-    take a file and have room for `trials` trials (the search's and the final check's)."""
+    take a file and have room for `trials` trials (the search's and the final check's), and
+    the folder for `states` bytes of fused trials' saved state (`state_bytes`)."""
     places: dict[Path, int] = {}
-    for place, need in ((folder, trials * TRIAL_BYTES),
+    for place, need in ((folder, trials * TRIAL_BYTES + states),
                         (store, trials * TRIAL_BYTES),
                         (Path(os.environ.get("RAY_TMPDIR") or tempfile.gettempdir())
                          if local_ray else None, RAY_BYTES)):

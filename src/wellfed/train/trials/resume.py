@@ -6,7 +6,9 @@ weights and of the optimizer's state, the schedules, the random states, where th
 stands and what each trial recorded so far. A group started with that file goes on from that
 step as if it had never stopped: the same batches, dropout masks and updates (the fused-trials
 tests check it to every digit). The file is written whole or not at all (a temporary file
-renamed over it): a stop while it is written leaves the rung before.
+renamed over it): a stop while it is written leaves the rung before. It holds tensors and plain
+Python values only and is read with torch's weights_only, as a checkpoint is: a file planted in
+the search's folder never gets to run code (`read`).
 
 A search that halves across all its trials (search/rounds.py) keeps each trial's own slice of
 that state instead (`save_each`), and builds the next rung's group from the slices of the
@@ -19,11 +21,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from wellfed.train.checkpoints import random_state
 
-VERSION = 1
+VERSION = 2
+"""2: plain values only (1 held numpy's, which only a full unpickling reads)."""
 
 
 def state_of(*, done: int, alive: list[int], trials: int, next_at: tuple[int, int], fused, opt,
@@ -36,9 +40,33 @@ def state_of(*, done: int, alive: list[int], trials: int, next_at: tuple[int, in
             "seeds": list(seeds), "streams": streams,
             "next_at": list(next_at), "weights": fused.state_dict(),
             "stacked": [name for name, _ in fused.named_parameters()], "opt": opt.state(),
-            "random": random_state.capture(device), "out": {
+            "random": random_state.capture(device), "out": plain({
                 "history": out.history, "validations": out.validations,
-                "steps": out.steps, "tokens": out.tokens, "logits": out.logits}}
+                "steps": out.steps, "tokens": out.tokens, "logits": out.logits})}
+
+
+def plain(value):
+    """`value` with numpy's scalars as Python numbers and its arrays as tensors, which torch's
+    weights_only reads back."""
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(plain(v) for v in value)
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(value)
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def read(path: Path) -> dict:
+    """A state file loaded with weights_only; a file it refuses (planted, damaged, truncated) is
+    a ValueError of one line naming it."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - any unreadable file is the same refusal
+        why = str(err).strip().splitlines()[0][:160] if str(err).strip() else type(err).__name__
+        raise ValueError(f"{path} is not a group state this search wrote ({why})") from None
 
 
 def save(path: Path, **group) -> None:
@@ -76,7 +104,7 @@ def save_each(paths: dict[int, Path], **group) -> None:
 def merged(paths: list[Path]) -> dict:
     """One group's state from trial slices `save_each` wrote, in this order: they must have
     stopped at the same step of the same data order (one seed: the same random states)."""
-    parts = [torch.load(p, map_location="cpu", weights_only=False) for p in paths]
+    parts = [read(p) for p in paths]
     first = parts[0]
     for path, part in zip(paths, parts):
         if part.get("version") != VERSION or part.get("trials") != 1:
@@ -104,12 +132,18 @@ def merged(paths: list[Path]) -> dict:
 def load(path: Path | None, trials: int, seeds: list[int] | None = None) -> dict | None:
     """The state `save` wrote for a group of `trials` (of these `seeds`, where given), or None
     where there is none (or it was written by another version or for another group: the group
-    then starts afresh)."""
+    then starts afresh). A file `read` refuses is set aside as <name>.unreadable, said in one
+    line, and the group starts afresh."""
     if path is None or not path.is_file():
         return None
-    # our own file, in the search's folder: its random states hold Python tuples and numpy
-    # values, which only a full unpickling reads
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    try:
+        state = read(path)
+    except ValueError as err:
+        aside = path.with_name(path.name + ".unreadable")
+        os.replace(path, aside)
+        print(f"[wellfed] {err}: set aside as {aside.name}; the group starts again from step 0",
+              flush=True)
+        return None
     if state.get("version") != VERSION or state.get("trials") != trials:
         return None
     if seeds is not None and "seeds" in state and state["seeds"] != [seeds[k] for k in
