@@ -6,6 +6,7 @@ cannot be fused is refused in one line."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pytest
