@@ -68,7 +68,7 @@ TEAM_STORE_DIR  ?= .team-store
 TEAM_STORE_HOST ?= 127.0.0.1
 TEAM_STORE_PORT ?= 5000
 team-store: install     ## MLflow server on PostgreSQL, artifacts proxied, logins asked: a store for a team and a cluster
-	@# TEAM_STORE_HOST=0.0.0.0 for other machines; PG_URI=postgresql+psycopg://USER@HOST:PORT/DB for an
+	@# TEAM_STORE_HOST=0.0.0.0 for other machines (TEAM_STORE_ALLOWED_HOSTS=name,...: a TLS proxy's host names); PG_URI=postgresql+psycopg://USER@HOST:PORT/DB for an
 	@# existing database (its password in a pgpass file, never in the URI); TEAM_STORE_NO_AUTH=1: no logins
 	python scripts/team_store.py --dir $(TEAM_STORE_DIR) --host $(TEAM_STORE_HOST) --port $(TEAM_STORE_PORT) $(if $(PG_URI),--pg-uri $(PG_URI)) $(if $(filter 1,$(TEAM_STORE_NO_AUTH)),--no-auth-i-know)
 

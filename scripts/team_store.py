@@ -90,14 +90,18 @@ def running_server(folder: Path) -> str | None:
     return None
 
 
-def allowed_hosts(host: str) -> list[str]:
+def allowed_hosts(host: str, extra: list[str] = ()) -> list[str]:
     """The Host headers the server answers. MLflow's default is loopback and private IPs, so a
     client that names this machine (http://mlflow-host:5000) would be refused: when it listens
-    beyond loopback, this machine's names are added."""
+    beyond loopback, this machine's names are added, and `extra` names always (a TLS proxy's,
+    which passes the client's Host on: `mlflow.example.com`, with or without a port)."""
     from mlflow.server.security_utils import get_default_allowed_hosts
 
     names = {socket.gethostname(), socket.getfqdn()} if host not in LOOPBACK else set()
-    return get_default_allowed_hosts() + [f"{name}:*" for name in sorted(names)]
+    named = [f"{name}:*" for name in sorted(names)]
+    for name in extra:
+        named += [name, f"{name}:*"]
+    return get_default_allowed_hosts() + named
 
 
 JOBS = "MLFLOW_SERVER_ENABLE_JOB_EXECUTION"
@@ -109,7 +113,7 @@ idle (benchmarks/results/server_jobs.json). A user who wants them sets it true."
 
 def start_server(backend: str, artifacts: Path, host: str, port: int, workers: int = 4,
                  log: Path | None = None, timeout: float = 120, env: dict | None = None,
-                 auth: bool = True) -> subprocess.Popen:
+                 auth: bool = True, hosts: list[str] = ()) -> subprocess.Popen:
     """`mlflow server` on `backend` (no password in it: `env` carries PGPASSFILE), proxying
     artifacts stored in `artifacts`, with MLflow's basic-auth when `auth` (`env` carries its
     config, store_access.prepare), in a session of its own (so its workers stop with it);
@@ -124,7 +128,7 @@ def start_server(backend: str, artifacts: Path, host: str, port: int, workers: i
         [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend,
          "--artifacts-destination", str(artifacts.resolve()), "--serve-artifacts",
          "--host", host, "--port", str(port), "--workers", str(workers),
-         "--allowed-hosts", ",".join(allowed_hosts(host)),
+         "--allowed-hosts", ",".join(allowed_hosts(host, hosts)),
          *(["--app-name", "basic-auth"] if auth else [])],
         stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         env={JOBS: "false", **os.environ, **(env or {}),  # a user's or caller's JOBS wins
@@ -168,6 +172,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                         help="the server's interface: 0.0.0.0 for other machines (default "
                              "127.0.0.1, this one only)")
     parser.add_argument("--port", default=5000, type=int)
+    parser.add_argument("--allowed-host", dest="hosts", action="append",
+                        default=[h for h in os.environ.get("TEAM_STORE_ALLOWED_HOSTS",
+                                                           "").split(",") if h.strip()],
+                        help="a host name clients reach the server by, beyond loopback, private "
+                             "IPs and this machine's names: a TLS proxy's (mlflow.example.com); "
+                             "repeat it, or TEAM_STORE_ALLOWED_HOSTS=a,b")
     parser.add_argument("--workers", default=4, type=int, help="server worker processes")
     parser.add_argument("--pg-uri", default="",
                         help="an existing PostgreSQL database (postgresql+psycopg://USER@HOST:"
@@ -249,7 +259,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_auth:
             env.update(store_access.prepare(folder, args.protected_alias))
         server = start_server(backend, folder / "artifacts", args.host, args.port, args.workers,
-                              folder / "server.log", env=env, auth=not args.no_auth)
+                              folder / "server.log", env=env, auth=not args.no_auth,
+                              hosts=[h.strip() for h in args.hosts])
         (folder / "server.pid").write_text(f"pid={server.pid} port={args.port}\n")
         (folder / "owner").write_text(f"pid {os.getpid()}, server on {args.host}:{args.port}\n")
         if not args.no_auth:

@@ -126,6 +126,20 @@ def test_the_server_starts_without_mlflows_job_runner_unless_the_user_asks(ts, t
     assert started.value.env[ts.JOBS] == runs
 
 
+def test_a_tls_proxys_host_name_is_let_in_by_option_or_environment(ts, monkeypatch):
+    """docs/team.md's TLS proxy passes the client's Host (mlflow.example.com) on: MLflow's host
+    check answered it 403, and --allowed-hosts was set by the script with no way to add one."""
+    from mlflow.server.security_utils import get_default_allowed_hosts
+
+    assert ts.allowed_hosts("127.0.0.1") == get_default_allowed_hosts()
+    assert ts.allowed_hosts("127.0.0.1", ["mlflow.example.com"])[-2:] == [
+        "mlflow.example.com", "mlflow.example.com:*"]
+    assert ts.parse(["--allowed-host", "a.example", "--allowed-host", "b.example"]).hosts == [
+        "a.example", "b.example"]
+    monkeypatch.setenv("TEAM_STORE_ALLOWED_HOSTS", "mlflow.example.com, other.example")
+    assert [h.strip() for h in ts.parse([]).hosts] == ["mlflow.example.com", "other.example"]
+
+
 def test_make_ui_and_make_team_store_start_mlflow_without_its_job_runner(ts):
     makefile = (SCRIPT.parents[1] / "Makefile").read_text()
     assert f"\nexport {ts.JOBS} ?= false\n" in makefile
