@@ -137,7 +137,8 @@ def test_a_group_ray_could_not_place_is_a_shortage_even_where_the_cluster_lists_
         "[wellfed] a node was lost or its room is held: Ray could not place the run's 2 "
         "worker(s) after its restarts (ray.max_failures: 2, each start waiting "
         "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S); the cluster lists 2 node(s), 2 CPUs, 0 GPUs, "
-        "with free room for 1 worker(s); the checkpoint of step 40 is kept; continuing on 1 "
+        "with free room for 1 of the run's 2 worker(s); the checkpoint of step 40 is kept; "
+        "continuing on 1 "
         "worker(s) from step 40, the same global batch of 16 rows (2 micro-batch(es) per "
         "worker per step), into the same MLflow run (ray.on_lost_node: shrink)")
     assert "training failed" not in line
@@ -153,7 +154,7 @@ def test_a_group_ray_could_not_place_with_nothing_free_stops_in_one_line(run, mo
     with pytest.raises(TrainingFailed) as stop:
         lost_node.after_ray_train(asked, asked, PER_WORKER, TrainConfig(), 40, uri, run_id,
                                   unplaced=unplaced_failure(2).unplaced)
-    assert "free room for 0 worker(s)" in str(stop.value)
+    assert "free room for 0 of the run's 2 worker(s)" in str(stop.value)
     assert "add a node that can hold a worker" in str(stop.value)
     assert not str(stop.value).startswith("training failed")
 

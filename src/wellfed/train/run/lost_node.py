@@ -60,7 +60,8 @@ def shrink_line(nodes: list[dict], room: int, workers: int, max_failures: int,
         return (f"a node was lost or its room is held: Ray could not place the run's {workers} "
                 f"worker(s) after its restarts (ray.max_failures: {max_failures}, each start "
                 f"waiting RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S); the cluster lists "
-                f"{cluster.described(nodes)}, with free room for {room} worker(s); {kept}")
+                f"{cluster.described(nodes)}, with free room for {room} of the run's {workers} "
+                f"worker(s); {kept}")
     return (f"a node was lost: the cluster has {cluster.described(nodes)} now, room for {room} "
             f"of the run's {workers} worker(s), after Ray's restarts (ray.max_failures: "
             f"{max_failures}); {kept}")
