@@ -279,10 +279,9 @@ def _winner(project: Path, p: Plan, params: dict, trial: dict | None, client, pa
         print(f"[wellfed] the winner's experiment {name} exists already: not run again "
               f"(`dvc exp apply {name}` puts it in the workspace)", flush=True)
         return {"winner_exp": name}
-    code = winner.run(name, params, project)
+    code, said = winner.run(name, params, project)
     if code:
-        raise ValueError(f"the winner's `dvc exp run` failed (exit {code}); its params are in "
-                         f"{p.folder / 'result.json'}")
+        raise ValueError(winner.failed(code, said, project, p.folder / "result.json"))
     out: dict = {"winner_exp": name}
     run_file = project / "data" / "train" / "run.json"
     if run_file.is_file():
