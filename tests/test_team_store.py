@@ -143,3 +143,14 @@ def test_a_tls_proxys_host_name_is_let_in_by_option_or_environment(ts, monkeypat
 def test_make_ui_and_make_team_store_start_mlflow_without_its_job_runner(ts):
     makefile = (SCRIPT.parents[1] / "Makefile").read_text()
     assert f"\nexport {ts.JOBS} ?= false\n" in makefile
+
+
+def test_logins_are_off_only_when_asked_for_by_name(ts, monkeypatch):
+    """Auth is the default wherever the server listens; --no-auth-i-know or TEAM_STORE_NO_AUTH=1
+    (make team-store's) turns it off, and nothing else does."""
+    monkeypatch.delenv("TEAM_STORE_NO_AUTH", raising=False)
+    assert not ts.parse(["--host", "0.0.0.0"]).no_auth
+    assert ts.parse(["--no-auth-i-know"]).no_auth
+    for value, off in (("1", True), ("true", False), ("0", False)):
+        monkeypatch.setenv("TEAM_STORE_NO_AUTH", value)
+        assert ts.parse(["--host", "0.0.0.0"]).no_auth is off
