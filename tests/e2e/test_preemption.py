@@ -293,6 +293,18 @@ def test_one_sigterm_to_the_group_finishes_the_step_though_dvc_dies_of_it(base, 
     _, after = mlflow_runs(project)
     assert [r.info.run_id for r in after] == [runs[0].info.run_id]
     assert after[0].info.status == "FINISHED"
+    if workers == 2:  # exact on Ray Train too: every loss the uninterrupted run logs
+        whole = fresh(base, tmp_path / "whole", ray={"num_workers": workers},
+                      train={"micro_batch_size": 1, "max_steps": SHORT})
+        run(["dvc", "repro", "train"], whole, timeout=600)
+        assert losses(project) == losses(whole), (losses(project), losses(whole))
+
+
+def losses(project: Path) -> list[tuple[int, float]]:
+    """The run's train/loss by step, as MLflow holds it."""
+    client, runs = mlflow_runs(project)
+    return sorted((m.step, m.value) for m in
+                  client.get_metric_history(runs[0].info.run_id, "train/loss"))
 
 
 @pytest.mark.e2e
