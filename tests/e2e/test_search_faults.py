@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.e2e.pipeline import env, make_project, mlflow_runs
 
@@ -187,3 +188,30 @@ def test_sigterm_to_the_group_of_a_fused_search_stops_it_politely(tmp_path_facto
     client, runs = mlflow_runs(project)
     assert all(r.info.status == "FINISHED" for r in runs), [
         (r.info.run_name, r.info.status) for r in runs]
+
+
+def test_a_disk_filled_mid_fused_search_stops_it_in_the_stages_line_and_the_rerun_resumes(
+        tmp_path_factory, tiny_model_dir):
+    """The fused path writes each trial's weights and AdamW moments at a rung (its slices), the
+    largest files a search writes: the disk filled as the first group trains, the rung's write
+    fails. It stops in the same line, leaves no state half-written, and the rerun finishes."""
+    project = tiny(tmp_path_factory.mktemp("search-full-fused"), tiny_model_dir,
+                   {**SEARCH, "fuse": "true", "trials": 4, "searcher_seed": 1})
+    with small_disk(project / "data" / "search", "64m") as folder:
+        code, out = search(project, stop_at="[wellfed] search: to rung 1 of ",
+                           fill=folder / "filler")
+        errors = [line for line in out.splitlines() if line.startswith("error:")]
+        assert code == 1 and len(errors) == 1, out[-3000:]
+        assert errors[0].startswith("error: cannot write data/search/s-") and "it is full" in \
+            errors[0] and errors[0].endswith("then rerun `wellfed-search` to resume it")
+        assert "Traceback" not in out, out[-3000:]
+        client, runs = mlflow_runs(project)
+        assert not [r for r in runs if r.info.status == "RUNNING"]
+        for path in folder.glob("s-*/**/*.pt"):  # whole or absent, never cut short
+            torch.load(path, weights_only=True)
+        (folder / "filler").unlink()
+        code, out = search(project)
+        assert code == 0, out[-3000:]
+        client, runs = mlflow_runs(project)
+        assert all(r.info.status == "FINISHED" for r in runs), [
+            (r.info.run_name, r.info.status) for r in runs]
