@@ -191,3 +191,57 @@ def test_the_default_search_says_each_trial_at_a_rung_promoted_or_stopped_with_t
                          "[wellfed] search at rung 1 of 3 (step 4): 4 trials stopped, below "
                          "the cutoff (each said as it ends)"]
     assert lines[1].endswith("promoted") and lines[2].endswith("promoted")
+
+
+def test_the_start_line_says_what_trains_at_once_on_either_path(monkeypatch, tmp_path, capsys):
+    """With ASHA, trials of ray.cpus_per_worker each (or search.concurrent); fused, up to K per
+    group x the groups Ray has room for side by side (search.concurrent groups at most)."""
+    from types import SimpleNamespace
+
+    import ray
+
+    from tests.search.test_halving import SPACE
+    from wellfed.config import SearchConfig
+    from wellfed.search import driver, tuning
+
+    have = {"CPU": 16.0, "GPU": 2.0}
+    monkeypatch.setattr(ray, "cluster_resources", lambda: have)
+    monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True, "Resources": have}])
+    plan = driver.Plan("s-test", tmp_path, METRIC, False, 36, (4, 12, 36), 256, "single_label")
+    gpu = SimpleNamespace(use_gpu=True, threads=4)
+    cpu = SimpleNamespace(use_gpu=False, threads=1)
+
+    def said(setting, k: int, concurrent: int = 0, trials: int = 16) -> str:
+        cfg = SearchConfig(space=SPACE, trials=trials, concurrent=concurrent)
+        need = tuning.resources(setting.threads, 1 if setting.use_gpu else 0)
+        driver._say_start(cfg, plan, "p", driver.at_once(cfg, setting, need, k), "", k)
+        first = capsys.readouterr().out.splitlines()[0]
+        return first.split(f"{trials} trials, ", 1)[1].split(", over", 1)[0].split(" over ")[0]
+
+    tune = logging.getLogger("ray.tune")
+    before = (list(tune.handlers), tune.propagate)
+    try:
+        assert said(cpu, 0) == ("16 at once (search.concurrent 0: as many as Ray fits (16 "
+                                "CPUs, ray.cpus_per_worker 1 each))")
+        assert said(cpu, 0, concurrent=3) == "3 at once (search.concurrent)"
+        assert said(gpu, 4) == ("8 at once (up to 4 per fused group x 2 groups side by side; "
+                                "search.concurrent 0: Ray fits 2, a GPU and 4 CPU(s) each)")
+        assert said(gpu, 4, concurrent=1) == ("4 at once (up to 4 per fused group x 1 group "
+                                              "side by side; search.concurrent 1)")
+        assert said(gpu, 4, concurrent=3) == (
+            "8 at once (up to 4 per fused group x 2 groups side by side; search.concurrent 3, "
+            "but Ray fits 2: a GPU and 4 CPU(s) each)")
+        assert said(gpu, 4, trials=6) == ("6 at once (up to 4 per fused group x 2 groups side "
+                                          "by side; search.concurrent 0: Ray fits 2, a GPU and "
+                                          "4 CPU(s) each)")
+        have.pop("GPU")
+        assert said(cpu, 1) == ("16 at once (groups of one x 16 groups side by side; "
+                                "search.concurrent 0: Ray fits 16, 1 CPU(s) each)")
+        assert said(cpu, 4) == ("4 at once (up to 4 per fused group x 1 group side by side; "
+                                "search.concurrent 0: Ray fits 1, 16 CPU(s) each)")
+    finally:
+        for h in tune.handlers[:]:
+            if h not in before[0]:
+                tune.removeHandler(h)
+                h.close()
+        tune.propagate = before[1]
