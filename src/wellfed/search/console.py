@@ -7,7 +7,8 @@ it ends (search/story.py). Ray Tune's warnings about its own loop (`The process_
 operation took 0.6 s, which may be a performance bottleneck`: the driver logging a trial's
 report to MLflow on a loaded machine) go to the search's `search.log` instead; each trial's own
 output (the model's `Loading weights` bar, the training loop's lines) to
-`trials/<trial id>.log`. Ray Tune's errors still reach the console too.
+`trials/<trial id>.log`, a fused group's to `trials/<its trials' ids, joined by +>.log`
+(search/fused.py). Ray Tune's errors still reach the console too.
 """
 
 from __future__ import annotations
