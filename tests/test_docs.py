@@ -92,6 +92,19 @@ def run_on_lists(site: Path) -> tuple[int, list[str]]:
     return pages, glued
 
 
+def test_the_readmes_runs_table_is_the_narrow_one_docs_compare_gives():
+    """After the README's own tour (a queued sweep), DVC adds State and Executor columns and the
+    sweep's name: the README's `dvc exp show` drops them as docs/compare.md's narrow one does
+    (123 characters on the tests' project there, 159 without)."""
+    def shows(page: str) -> list[str]:
+        text = (PROJECT / page).read_text(encoding="utf-8")
+        return [line.split("  #")[0].strip() for line in text.splitlines()
+                if line.startswith("dvc exp show --only-changed --drop")]
+
+    narrow = [line for line in shows("docs/compare.md") if "State|Executor" in line]
+    assert len(narrow) == 1 and shows("README.md") == narrow
+
+
 def documented_outputs() -> set[str]:
     """Files the docs' commands write where they run (the project root): `--out FILE`,
     `wellfed-predict MODEL INPUT OUTPUT`, and `dvc plots show/diff`'s `dvc_plots/`. Absolute
