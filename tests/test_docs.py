@@ -132,3 +132,18 @@ def test_what_the_documented_commands_write_is_gitignored():
                           cwd=PROJECT, capture_output=True, text=True)
     ignored = {line.split("\t")[-1] for line in proc.stdout.splitlines()}
     assert ignored == outputs, f"not in .gitignore: {sorted(outputs - ignored)}"
+
+
+def test_the_versions_list_cut_is_said_alike_in_the_code_and_the_docs():
+    """MLflow's versions list shows a description's first words (a user saw `Not champion
+    (@cham...`, 19 characters): docs/mlflow.md and version_description's docstring give the same
+    cut, and the figure that tells versions apart is inside it."""
+    from wellfed.track import version_description
+
+    docs = (PROJECT / "docs" / "mlflow.md").read_text(encoding="utf-8")
+    cut = re.search(r"cut to its first words\s+\(`([^`]+)`\)", docs).group(1)
+    assert cut == "macro_f1 0.9500 · lr 1..."
+    assert f"`{cut}`" in " ".join(version_description.__doc__.split())
+    said = version_description.describe("@champion: eval/macro_f1 0.9500 on the test split",
+                                        "champion", "eval/macro_f1", 0.95, "lr 1e-4 bs 32")
+    assert said[:19] == "macro_f1 0.9500 · l"
