@@ -92,6 +92,19 @@ def run_on_lists(site: Path) -> tuple[int, list[str]]:
     return pages, glued
 
 
+def test_the_readmes_runs_table_is_the_narrow_one_docs_compare_gives():
+    """After the README's own tour (a queued sweep), DVC adds State and Executor columns and the
+    sweep's name: the README's `dvc exp show` drops them as docs/compare.md's narrow one does
+    (123 characters on the tests' project there, 159 without)."""
+    def shows(page: str) -> list[str]:
+        text = (PROJECT / page).read_text(encoding="utf-8")
+        return [line.split("  #")[0].strip() for line in text.splitlines()
+                if line.startswith("dvc exp show --only-changed --drop")]
+
+    narrow = [line for line in shows("docs/compare.md") if "State|Executor" in line]
+    assert len(narrow) == 1 and shows("README.md") == narrow
+
+
 def documented_outputs() -> set[str]:
     """Files the docs' commands write where they run (the project root): `--out FILE`,
     `wellfed-predict MODEL INPUT OUTPUT`, and `dvc plots show/diff`'s `dvc_plots/`. Absolute
@@ -119,3 +132,18 @@ def test_what_the_documented_commands_write_is_gitignored():
                           cwd=PROJECT, capture_output=True, text=True)
     ignored = {line.split("\t")[-1] for line in proc.stdout.splitlines()}
     assert ignored == outputs, f"not in .gitignore: {sorted(outputs - ignored)}"
+
+
+def test_the_versions_list_cut_is_said_alike_in_the_code_and_the_docs():
+    """MLflow's versions list shows a description's first words (a user saw `Not champion
+    (@cham...`, 19 characters): docs/mlflow.md and version_description's docstring give the same
+    cut, and the figure that tells versions apart is inside it."""
+    from wellfed.track import version_description
+
+    docs = (PROJECT / "docs" / "mlflow.md").read_text(encoding="utf-8")
+    cut = re.search(r"cut to its first words\s+\(`([^`]+)`\)", docs).group(1)
+    assert cut == "macro_f1 0.9500 · lr 1..."
+    assert f"`{cut}`" in " ".join(version_description.__doc__.split())
+    said = version_description.describe("@champion: eval/macro_f1 0.9500 on the test split",
+                                        "champion", "eval/macro_f1", 0.95, "lr 1e-4 bs 32")
+    assert said[:19] == "macro_f1 0.9500 · l"

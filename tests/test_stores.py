@@ -217,6 +217,52 @@ def test_a_store_moved_into_the_team_store_is_set_aside_and_says_where_it_went(t
     assert tracking_uri("", tmp_path) == f"sqlite:///{db}"
 
 
+def test_every_command_that_opens_the_projects_store_refuses_a_moved_one(tmp_path, monkeypatch,
+                                                                       capsys):
+    """wellfed-predict models:/..., wellfed-compare, `make ui` (runs_view, then the server) and
+    runs_view alone resolve the project's store as the stages do: one line naming the team
+    store, exit 1, and no new, empty mlflow.db beside the moved one (it would switch the
+    stages' guard off)."""
+    import re
+
+    from tests.conftest import PROJECT
+    from wellfed.compare import command as compare_command
+    from wellfed.compare.prediction_sources import default_tracking_uri
+    from wellfed.track import runs_view, store_move
+    from wellfed.use.registered import model_folder, store_uri
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)
+    db = tmp_path / "mlflow.db"
+    db.write_bytes(b"runs")
+    store_move.mark_moved(db, "http://127.0.0.1:5000")
+    said = "mlflow.db was moved into the team store at http://127.0.0.1:5000"
+    explicit = f"sqlite:///{db}"  # as `make ui` passes it, and docs/model.md exports it
+    for resolve in (lambda: store_uri(tmp_path), lambda: default_tracking_uri(None, tmp_path),
+                    lambda: default_tracking_uri(explicit, tmp_path)):
+        with pytest.raises(ValueError, match=said):
+            resolve()
+    with pytest.raises(ValueError, match=said):
+        with model_folder("models:/wellfed-classifier@champion", tmp_path):
+            pass
+    assert compare_command.main(["run-a", "run-b"]) == 1
+    assert said in capsys.readouterr().err
+    for argv in ([explicit], []):
+        with pytest.raises(SystemExit) as exit_:
+            runs_view.main(argv)
+        assert exit_.value.code != 0 and said in str(exit_.value.code)
+        assert "\n" not in str(exit_.value.code)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", explicit)
+    with pytest.raises(ValueError, match=said):
+        store_uri(tmp_path)
+    assert not db.exists()  # nothing opened it
+    # `make ui` checks the store it serves before the server can make it
+    recipe = re.search(r"^ui:.*\n((?:\t.*\n)+)", (PROJECT / "Makefile").read_text(), re.M)
+    lines = [line for line in recipe.group(1).splitlines() if "sqlite:///" in line]
+    assert len(lines) == 2 and "wellfed.track.runs_view sqlite:///$(CURDIR)/mlflow.db" in \
+        lines[0] and "mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db" in lines[1]
+
+
 def test_the_servers_auth_config_checks_a_login_once_a_minute_and_lets_no_login_write(
         tmp_path, monkeypatch):
     """The team store's basic_auth.ini as MLflow's server reads it: READ for users without a

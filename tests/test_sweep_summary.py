@@ -116,12 +116,24 @@ def test_the_parent_run_holds_trials_recipes_best_and_the_verdict(store, tmp_pat
     assert client.get_run(parent.info.run_id).data.metrics["sweep/trials"] == 7
 
 
-def test_one_recipe_gets_its_spread_and_no_verdict(store, tmp_path):
+def test_one_recipe_gets_its_spread_and_no_verdict(store, tmp_path, monkeypatch):
+    import socket
+
+    from wellfed.track import ui_links
+
     uri, client = store
     gold, pred, _ = ranked(SLOW, FAST, rows=100)
     ids = [trial(client, uri, tmp_path, "seeds", {"train.lr": "2e-05", "train.seed": seed},
                  gold, p) for seed, p in enumerate(pred, 1)]
-    assert sweep_summary.after_trial(uri, ids[-1]).startswith("sweep seeds: 3 trial(s) ")
+    with socket.socket() as listener:  # the sweep's link as evaluate's own run link is offered
+        listener.bind(("127.0.0.1", 0))
+        ui = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        monkeypatch.setattr(ui_links, "LOCAL_UI", ui)
+        line = sweep_summary.after_trial(uri, ids[-1])  # no UI: evaluate's line said how
+        assert line.startswith("sweep seeds: 3 trial(s) ") and line.endswith(" (after `make ui`)")
+        assert "no UI is running" not in line and f"summarises them: {ui}/#/experiments/" in line
+        listener.listen()  # `make ui` is up: the link as it is
+        assert sweep_summary.after_trial(uri, ids[-1]).endswith("?workflowType=machine_learning")
     parent = client.get_run(sweeps.parent_run(uri, "wellfed", "seeds"))
     assert parent.data.tags["wellfed.sweep.recipe_keys"] == "-"
     assert "| (one recipe) | 3 |" in parent.data.tags["mlflow.note.content"]

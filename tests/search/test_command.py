@@ -66,3 +66,14 @@ def test_help_lists_the_sizing_options():
     found = [o for o in ("--trials", "--max-steps", "--min-steps", "--concurrent", "--seeds")
              if o in proc.stdout]
     assert len(found) == 5, proc.stdout
+
+
+def test_help_says_both_paths(capsys):
+    """The default path fuses trials and halves them in step, where --concurrent counts groups;
+    ASHA is the other path, not the only one."""
+    with pytest.raises(SystemExit):
+        arguments(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "successive halving" in text and "one at a time with Ray Tune's ASHA" in text
+    assert "--concurrent N groups of fused trials at once, or with ASHA trials at once" in text
+    assert "ASHA stops" not in text and "ASHA's first rung" not in text

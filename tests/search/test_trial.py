@@ -86,3 +86,36 @@ def test_a_final_check_group_of_different_seeds_gives_each_run_what_it_gets_alon
             assert [x[1] for x in f["records"]] == pytest.approx([x[1] for x in a["records"]],
                                                                  rel=1e-5)
         assert (decode(fused_reports[-1]["predicted"]) == decode(alone[-1]["predicted"])).all()
+
+
+def test_a_fused_groups_loading_bars_go_to_its_log_not_the_console(setting, tmp_path, capfd,
+                                                                   tiny_model_dir):
+    """transformers' `Loading weights` bar (stderr, a model with weights to load) stays off the
+    console on the default path too: a group's output goes to trials/<its trials>.log, the
+    sizing's to trials/sizing.log, as a trial's does with ASHA."""
+    import shutil
+
+    from wellfed.model import load_model
+    from wellfed.search import fused
+
+    saved = tmp_path / "pretrained"
+    load_model(ModelConfig(init="random"), str(tiny_model_dir), ["0", "1"]).save_pretrained(saved)
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt"):
+        shutil.copy(tiny_model_dir / name, saved / name)
+    logs = tmp_path / "trials"
+    loaded = dataclasses.replace(setting, model=ModelConfig(name=str(saved)),
+                                 model_source=str(saved), log_dir=str(logs))
+    capfd.readouterr()
+    members = [("s_00000", None, {"train.lr": 1e-3}, 1), ("s_00001", None, {"train.lr": 2e-3}, 1)]
+
+    class Task:  # stands for ray.remote(train_group): runs it here
+        def remote(self, *args):
+            return fused.train_group(*args)
+
+    got = fused.submit(Task(), members, loaded, 1, tmp_path)
+    assert [r["step"] for r in got[1]["reports"]] == [4, 8, 24]
+    assert fused.size(loaded, 2, 1).trials >= 1
+    out = capfd.readouterr()
+    assert "Loading weights" not in out.err + out.out, out.err[-500:]
+    assert sorted(p.name for p in logs.iterdir()) == ["s_00000+s_00001.log", "sizing.log"]
+    assert all("Loading weights" in p.read_text() for p in logs.iterdir())

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from wellfed.track import store_move
 from wellfed.track.sweeps import SWEEP_TAG
 from wellfed.use.registered import MODEL_URI, store_uri
 
@@ -46,8 +47,9 @@ class Scored:
 
 
 def default_tracking_uri(given: str | None, cwd: str | Path) -> str:
-    """`given`, else $MLFLOW_TRACKING_URI, else an absolute sqlite:///<cwd>/mlflow.db."""
-    return given or store_uri(cwd)
+    """`given`, else $MLFLOW_TRACKING_URI, else an absolute sqlite:///<cwd>/mlflow.db; one line
+    when it names a store moved into a team store (track/store_move.py)."""
+    return store_move.checked(given) if given else store_uri(cwd)
 
 
 def load(ref: str, tracking_uri: str, repo: str | Path, eval_dir: str = "data/eval") -> Scored:

@@ -247,8 +247,9 @@ def record(uri: str, summary: dict) -> bool:
 
 def after_trial(uri: str, run_id: str) -> str:
     """The evaluate stage's part: when run `run_id` is a sweep's trial, bring the sweep's
-    summary up to date; return the console line ("" for no sweep). A failure is a warning line:
-    the trial's own outputs are all written."""
+    summary up to date; return the console line ("" for no sweep), its link offered as the
+    run's line before it offers its own (ui_links.offered). A failure is a warning line: the
+    trial's own outputs are all written."""
     import mlflow
 
     from wellfed.cli import one_line
@@ -259,8 +260,8 @@ def after_trial(uri: str, run_id: str) -> str:
             return ""
         summary = summarise(uri, sweep)
         record(uri, summary)
-        best, page = summary["best"], ui_links.run(uri, summary["experiment_id"],
-                                                  summary["parent_run_id"])
+        best, page = summary["best"], ui_links.offered(uri, ui_links.run(
+            uri, summary["experiment_id"], summary["parent_run_id"]), again=True)
         return (f"sweep {sweep}: {summary['evaluated']} trial(s) evaluated, best {best['name']} "
                 f"{summary['metric']} {best['value']:.4f}; the sweep's run summarises them: "
                 f"{page}")

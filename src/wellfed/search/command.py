@@ -11,9 +11,10 @@ MLflow run records them (`search.options`) beside the search's params.
 Reads top to bottom: the params and the token files (`dvc repro tokenize` first, so the tokens
 are the params'), the search's id and folder (`data/search/<id>`: the same inputs resume the
 same search), its MLflow parent run, Ray (local, or the cluster `ray.address` /
-$RAY_ADDRESS names), the search phase (TPE + ASHA), the final check (finalists x seeds), the
-verdict, and the winner's `dvc exp run`. Stopped by Ctrl-C or SIGTERM, it saves where it is;
-the same command resumes it into the same parent run, without training a finished trial again.
+$RAY_ADDRESS names), the search phase (TPE + successive halving of fused groups, or ASHA), the
+final check (finalists x seeds), the verdict, and the winner's `dvc exp run`. Stopped by Ctrl-C
+or SIGTERM, it saves where it is; the same command resumes it into the same parent run, without
+training a finished trial again.
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ TOKENS = Path("data/tokens")
 SIZES = {
     "trials": "recipes the searcher proposes",
     "max_steps": "a trial's full budget in optimizer steps (0: the train section's plan)",
-    "min_steps": "ASHA's first rung: the smallest budget a trial gets",
-    "concurrent": "trials at once (0: as many as Ray fits)",
+    "min_steps": "the first rung: the smallest budget a trial gets",
+    "concurrent": "groups of fused trials at once, or with ASHA trials at once (0: as many as "
+                  "Ray fits)",
     "seeds": "the final check's seeds, comma-separated, e.g. 1,2,3",
 }
 """The `search` keys a command-line option may set for one search (`--max-steps` sets
@@ -42,9 +44,11 @@ search.max_steps), and each option's help."""
 
 def arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="wellfed-search", description=(
-        "An adaptive search (Ray Tune: Optuna's TPE proposes, ASHA stops) over params.yaml's "
-        "search.space; the best recipes retrained over search.seeds; the winner run as a DVC "
-        "experiment. Rerun the same command to resume a stopped search."))
+        "An adaptive search over params.yaml's search.space: Optuna's TPE proposes, trials "
+        "train fused in groups with successive halving across the search (search.fuse auto) "
+        "or one at a time with Ray Tune's ASHA; the best recipes retrained over search.seeds; "
+        "the winner run as a DVC experiment. Rerun the same command to resume a stopped "
+        "search."))
     parser.add_argument("--params", default="params.yaml", help="the params file (default: "
                         "params.yaml in the project root)")
     for key, text in SIZES.items():

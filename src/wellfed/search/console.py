@@ -1,12 +1,14 @@
 """What a search says on the console before its trials, and what it keeps off it.
 
 The console holds the search's own lines: the start line (what is searched, how many trials at
-once, where its files are), a resume's "resuming: N of M finished", then one line when a trial
-starts, at each rung, and when it ends (search/story.py). Ray Tune's warnings about its own
-loop (`The process_trial_result operation took 0.6 s, which may be a performance bottleneck`:
-the driver logging a trial's report to MLflow on a loaded machine) go to the search's
-`search.log` instead; each trial's own output (the model's `Loading weights` bar, the training
-loop's lines) to `trials/<trial id>.log`. Ray Tune's errors still reach the console too.
+once, with ASHA or up to K per fused group x the groups side by side, where its files are), a
+resume's "resuming: N of M finished", then one line when a trial starts, at each rung, and when
+it ends (search/story.py). Ray Tune's warnings about its own loop (`The process_trial_result
+operation took 0.6 s, which may be a performance bottleneck`: the driver logging a trial's
+report to MLflow on a loaded machine) go to the search's `search.log` instead; each trial's own
+output (the model's `Loading weights` bar, the training loop's lines) to
+`trials/<trial id>.log`, a fused group's to `trials/<its trials' ids, joined by +>.log`
+(search/fused.py). Ray Tune's errors still reach the console too.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import math
 from pathlib import Path
 
 LOG = "search.log"
@@ -35,6 +38,22 @@ def at_once(concurrent: int, need: dict, trials: int) -> tuple[int, str]:
         fits.append(int(have.get("GPU", 0) // need["gpu"]))
         why += f"; {have.get('GPU', 0):g} GPUs, ray.gpus_per_worker {need['gpu']:g} each"
     return max(1, min(min(fits), trials)), f"search.concurrent 0: as many as Ray fits ({why})"
+
+
+def fused_at_once(k: int, fit: int, need: dict, concurrent: int,
+                  trials: int) -> tuple[int, str]:
+    """How many trials train at once in a fused search, up to `k` per group x the groups side
+    by side (search/rounds.py's `slots`: at most search.concurrent of the `fit` Ray has room
+    for, `need` each; no more than the first rung has), and why, in words."""
+    groups = min(min(fit, concurrent) if concurrent else fit, math.ceil(trials / k))
+    each = (f"a GPU and {need.get('num_cpus', 1)} CPU(s) each" if need.get("num_gpus") else
+            f"{need.get('num_cpus', 1)} CPU(s) each")
+    side = (f"search.concurrent {concurrent}" if concurrent and concurrent <= fit else
+            f"search.concurrent {concurrent}, but Ray fits {fit}: {each}" if concurrent else
+            f"search.concurrent 0: Ray fits {fit}, {each}")
+    per = f"up to {k} per fused group" if k > 1 else "groups of one"
+    return (min(k * groups, trials),
+            f"{per} x {groups} group{'s' if groups != 1 else ''} side by side; {side}")
 
 
 def resumed(folder: Path, search_total: int, proof_total: int) -> str | None:

@@ -106,7 +106,7 @@ def run(search_cfg: SearchConfig, train_cfg: TrainConfig, model_cfg: ModelConfig
     try:
         setting, need = placed(p, train_cfg, model_cfg, data_cfg, ray_cfg, tokens, meta)
         k = fused.group_size(search_cfg, setting, client, parent, p.folder)
-        _say_start(search_cfg, p, parent, need, options, k)
+        _say_start(search_cfg, p, parent, at_once(search_cfg, setting, need, k), options, k)
         found = (halving.search_phase(search_cfg, setting, p, uri, parent, k) if k else
                  asha.search_phase(search_cfg, setting, p, need, uri, parent))
         if found.interrupted:
@@ -152,13 +152,22 @@ def run(search_cfg: SearchConfig, train_cfg: TrainConfig, model_cfg: ModelConfig
     return result
 
 
-def _say_start(cfg: SearchConfig, p: Plan, parent: str, need: dict, options: str,
-               k: int = 0) -> None:
-    """The start line (what, how many at once, where), and a resume's count of what is kept
-    (fused trials, `k` per group, say their own)."""
-    at, why = ((k, "fused trials: one group trains them in one step") if k > 1 else
-               (1, "groups of one, halved in step") if k else
-               console.at_once(cfg.concurrent, need, cfg.trials))
+def at_once(cfg: SearchConfig, setting: Setting, need: dict, k: int) -> tuple[int, str]:
+    """How many trials train at the same time, and why: with ASHA a trial's `need` each, as
+    many as Ray fits or search.concurrent; fused (`k` per group) the groups side by side as
+    search/rounds.py places them."""
+    if not k:
+        return console.at_once(cfg.concurrent, need, cfg.trials)
+    group, _threads = fused.place_group(setting, k)
+    return console.fused_at_once(k, fused.groups_at_once(group), group, cfg.concurrent,
+                                 cfg.trials)
+
+
+def _say_start(cfg: SearchConfig, p: Plan, parent: str, together: tuple[int, str],
+               options: str, k: int = 0) -> None:
+    """The start line (what, how many at once and why, where), and a resume's count of what is
+    kept (fused trials, `k` per group, say their own)."""
+    at, why = together
     log = console.ray_tune_to_log(p.folder)
     print(f"[wellfed] search {p.search_id}: {cfg.trials} trials, {at} at once ({why})"
           + (f", sized by {options}" if options else "") + " over "

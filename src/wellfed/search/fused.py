@@ -23,6 +23,7 @@ import numpy as np
 from wellfed.config import SearchConfig
 from wellfed.outputs import write_json
 from wellfed.search import space
+from wellfed.search.console import trial_output
 from wellfed.search.trial import Setting, encode
 
 SIZING_TRIALS = 16
@@ -156,10 +157,9 @@ def device_for(setting: Setting, threads: int):
 
 
 def size(setting: Setting, wanted: int, threads: int):
-    """K for this search (a Ray task on the device a group gets): train/trials/sizing.py."""
-    import contextlib
-    import io
-
+    """K for this search (a Ray task on the device a group gets): train/trials/sizing.py. The
+    model's loading lines (transformers' `Loading weights` bar, on stderr) go to the search's
+    `trials/sizing.log`, as a trial's go to its own."""
     import torch
 
     from wellfed.data.token_files import TokenFile
@@ -169,7 +169,7 @@ def size(setting: Setting, wanted: int, threads: int):
     device = device_for(setting, threads)
     job = job_of(setting, {}, setting.train.seed)
     lengths = TokenFile(job.tokens_dir / "train.arrow").lengths
-    with contextlib.redirect_stdout(io.StringIO()):
+    with trial_output(setting.log_dir, "sizing"):
         torch.manual_seed(0)
         model = load_model(job.model, job.model_source, list(job.labels), job.pad_id,
                            task=job.task).to(device)
@@ -180,23 +180,23 @@ def size(setting: Setting, wanted: int, threads: int):
 
 def train_group(setting: Setting, members: list[tuple[dict, int]], threads: int,
                 saved: str | None = None, start: list[str] | None = None, stop_at: int = 0,
-                slices: list[str] | None = None) -> list[dict]:
+                slices: list[str] | None = None, name: str = "group") -> list[dict]:
     """Train `members` ((recipe, seed) each; seeds may differ: train/trials/apart.py) as one
     group, its state at each rung kept in `saved` (and gone on from where it is); returns per
     member {"reports": [...], "resumed_at": the step it went on from, 0 if none, "tokens": the
-    group's real, computed and alone token counts} as a search trial reports them. A group of a search halving across all its trials (search/rounds.py)
-    goes on from its members' `start` files, stops at `stop_at` and writes each member's state
-    to its `slices` file."""
-    import contextlib
-    import io
-
+    group's real, computed and alone token counts} as a search trial reports them. A group of
+    a search halving across all its trials (search/rounds.py) goes on from its members' `start`
+    files, stops at `stop_at` and writes each member's state to its `slices` file. Its output
+    (the loop's lines, transformers' `Loading weights` bar on stderr) goes to the search's
+    `trials/<name>.log` (`name`: its trials' ids), as a trial's does with ASHA
+    (search/console.py)."""
     from wellfed.train.step.loop import Place
     from wellfed.train.trials.group import train_group as run
 
     started = time.perf_counter()
     device = device_for(setting, threads)
     jobs = [job_of(setting, recipe, seed) for recipe, seed in members]
-    with contextlib.redirect_stdout(io.StringIO()):
+    with trial_output(setting.log_dir, name):
         out = run(jobs[0], [j.train for j in jobs], Place(device, 0, 1, "group"),
                   validate_at=frozenset(setting.rungs),
                   keep_logits=setting.task == "single_label",
@@ -261,7 +261,7 @@ def submit(task, members: list[tuple], setting: Setting, threads: int, states: P
     saved = None if start or stop_at else str((states / f"{members[0][0]}-{members[-1][0]}.pt")
                                               .resolve())
     return task.remote(setting, [(m[2], m[3]) for m in members], threads, saved, at(start),
-                       stop_at, at(stop_at))
+                       stop_at, at(stop_at), "+".join(m[0] for m in members))
 
 
 def halves(error, members: list[tuple]) -> list[list[tuple]]:

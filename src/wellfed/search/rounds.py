@@ -25,6 +25,8 @@ from wellfed.outputs import write_json
 from wellfed.search import fused
 
 BOOK = "rounds.json"
+LISTED = 16
+"""Trials at a rung said one line each (the search's default 16); past it, the stopped in one."""
 
 
 def even(items: list, k: int) -> list[list]:
@@ -144,8 +146,8 @@ class Rounds:
         here, there = rungs[level - 1], rungs[level]
         reached = self.book.at(here)
         keep = best(self.book, here, self.metric, self.lower, max(1, len(reached) // rf))
-        halved(self.teller, self.book, reached, keep, here, level, len(rungs), self.metric,
-               self.lower)
+        halved(self.teller, self.book, reached, keep, (here, there), level, len(rungs),
+               self.metric, self.lower)
         spent(self.states, set(reached) - set(keep), here)
         # gone on already (a search killed after a group was recorded, before its slices here
         # were deleted): nothing trains from them again
@@ -238,12 +240,32 @@ def side_by_side(submit, groups, slots: int, done) -> None:
         raise
 
 
-def halved(teller, book: Book, reached: list[str], keep: list[str], step: int, level: int,
-           levels: int, metric: str, lower: bool) -> None:
-    """The trials at `step` that do not go on end there, each told why in words."""
+def halved(teller, book: Book, reached: list[str], keep: list[str], steps: tuple[int, int],
+           level: int, levels: int, metric: str, lower: bool) -> None:
+    """The ranking at a rung (step `steps[0]`; those kept go on to `steps[1]`), said as ASHA's
+    decisions are (search/rungs.py): one line for the rule and its cutoff (the figure of the
+    last trial kept), then best first one per trial whose fate is news (a resumed search says
+    none again that ended or went on before), promoted or stopped, with its figure and the
+    cutoff; past LISTED of them, the stopped in one line (each one's figure is on its end's
+    line). The trials that do not go on end there, each told why in words."""
+    step, there = steps
     cutoff = book.figure(keep[-1], step, metric)
     rung = f"rung {level} of {levels} (step {step})"
     among = f"(the best {len(keep)} of the {len(reached)} in the search go on)"
+    news = [t for t in best(book, step, metric, lower, len(reached))
+            if not book.trials[t].get("ended")
+            and (t not in keep or book.trials[t]["step"] < there)]
+    if news:
+        print(f"[wellfed] search at {rung}: the best {len(keep)} of the {len(reached)} go on; "
+              f"cutoff {metric} {cutoff:.4f} (the last of them)", flush=True)
+    stopped = [t for t in news if t not in keep]
+    for trial in news if len(news) <= LISTED else [t for t in news if t in keep]:
+        print(f"[wellfed] search trial {trial} at {rung}: {metric} "
+              f"{book.figure(trial, step, metric):.4f}, cutoff {cutoff:.4f}: "
+              f"{'promoted' if trial in keep else 'stopped'}", flush=True)
+    if len(news) > LISTED and stopped:
+        print(f"[wellfed] search at {rung}: {len(stopped)} trials stopped, "
+              f"{'above' if lower else 'below'} the cutoff (each said as it ends)", flush=True)
     for trial in reached:
         if trial in keep or book.trials[trial].get("ended"):
             continue

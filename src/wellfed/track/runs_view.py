@@ -17,7 +17,9 @@ stage's view of the pipeline's runs, without `wellfed-compare`'s runs.
 
 `python -m wellfed.track.runs_view [TRACKING_URI]` (what `make ui` runs) saves the headline
 view where an evaluated run shows its figures, brings the alias tags up to date with the
-registry (an alias pointed by hand included) and prints the addresses to open.
+registry (an alias pointed by hand included) and prints the addresses to open. A store moved
+into a team store is one line and exit 1 (track/store_move.py), so `make ui` starts no server
+that would make a new, empty one in its place.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from wellfed.track import ui_links
+from wellfed.track import store_move, ui_links
 from wellfed.track.registry import ALIAS_TAG
 
 TAG_PREFIX = "mlflow.sharedViewState."
@@ -183,7 +185,10 @@ def main(argv: list[str] | None = None) -> None:
     from wellfed.use.registered import store_uri
 
     argv = sys.argv[1:] if argv is None else argv
-    uri = argv[0] if argv else store_uri(Path.cwd())
+    try:
+        uri = store_move.checked(argv[0]) if argv else store_uri(Path.cwd())
+    except ValueError as err:  # moved into a team store
+        sys.exit(f"error: {err}")
     if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
         print(f"no runs yet in {uri} (`make run` makes some); the UI: "
               f"{ui_links.base(uri)}/#/experiments?{ui_links.VIEW}")

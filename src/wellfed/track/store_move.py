@@ -2,7 +2,9 @@
 mlflow.db` renames the copied database to `mlflow.db.moved` (kept, nothing lost) and leaves
 `mlflow.db.moved-to` naming the team store, so a shell without MLFLOW_TRACKING_URI is told
 where the runs went instead of starting a second, empty registry beside the team's (two
-registries would then disagree on what "version 7" is).
+registries would then disagree on what "version 7" is). Every command that opens the project's
+store (the stages, `wellfed-search`, `wellfed-predict models:/...`, `wellfed-compare`, `make ui`)
+resolves it through `checked` or `project_store`, so none of them makes that empty one.
 """
 
 from __future__ import annotations
@@ -36,3 +38,19 @@ def check_moved(db: Path) -> None:
             f"export MLFLOW_TRACKING_URI={uri} and its login (docs/team.md), or set "
             f"mlflow.tracking_uri in params.yaml; to start a new local store instead, remove "
             f"{mark}")
+
+
+def project_store(root: str | Path) -> str:
+    """The project's default store, sqlite:///<root>/mlflow.db (absolute: Ray workers run
+    elsewhere); one line instead when it was moved (opening it would make a new, empty one)."""
+    db = Path(root).resolve() / "mlflow.db"
+    check_moved(db)
+    return f"sqlite:///{db}"
+
+
+def checked(uri: str) -> str:
+    """`uri` as it is, unless it names a sqlite store that was moved: one line then (an
+    explicit sqlite:///<project>/mlflow.db, as `make ui` and docs/model.md give it)."""
+    if uri.startswith("sqlite:///"):
+        check_moved(Path(uri.removeprefix("sqlite:///")))
+    return uri

@@ -27,7 +27,7 @@ def tracking_uri(configured: str, project_root: str | Path) -> str:
     """$MLFLOW_TRACKING_URI, else params, else an absolute sqlite URI (Ray workers run elsewhere)."""
     uri = os.environ.get("MLFLOW_TRACKING_URI") or configured
     if uri:
-        return uri
+        return store_move.checked(uri)
     root = Path(os.environ.get("DVC_ROOT") or project_root).resolve()
     # A queued `dvc exp run` runs in a temporary copy at <project>/.dvc/tmp/exps/<name>, without
     # git-ignored files: its store would vanish with the copy, so it is the project's store.
@@ -36,8 +36,7 @@ def tracking_uri(configured: str, project_root: str | Path) -> str:
         if parts[i:i + 3] == (".dvc", "tmp", "exps"):
             root = Path(*parts[:i])
             break
-    store_move.check_moved(root / "mlflow.db")
-    return f"sqlite:///{root / 'mlflow.db'}"
+    return store_move.project_store(root)
 
 
 def local_store(uri: str) -> Path | None:

@@ -75,10 +75,13 @@ def answering(address: str, timeout: float = 0.3) -> bool:
         return False
 
 
-def offered(tracking_uri: str, page: str) -> str:
+def offered(tracking_uri: str, page: str, again: bool = False) -> str:
     """`page` as a console line can offer it: as it is where a UI serves the store (the
     tracking server itself, or `make ui` already running), else with how to start one, for a
-    link nothing answers is no link."""
+    link nothing answers is no link. `again`: a line before it said so already (evaluate's run
+    link, before a sweep trial's summary line), so a few words, not the sentence twice."""
     if tracking_uri.startswith(("http://", "https://")) or answering(LOCAL_UI):
         return page
+    if again:
+        return f"{page} (after `make ui`)"
     return f"no UI is running: `make ui` serves the store at {LOCAL_UI}, then open {page}"

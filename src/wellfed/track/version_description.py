@@ -1,8 +1,10 @@
 """A registered version's description, written by the champion step (track/champion.py).
 
-The model's versions list shows each description cut to its first ~40 characters, beside the
-Aliases column (which already names the holder). So those characters say what tells versions
-apart, the headline figure and the recipe, then the verdict; the reason follows:
+The model's versions list shows each description cut to its first words, about 20 characters
+(`macro_f1 0.9500 · lr 1...`, docs/mlflow.md; a description in the old form showed `Not
+champion (@cham...`), beside the Aliases column (which already names the holder). So it leads
+with what tells versions apart, the headline figure, then the recipe and the verdict; the
+reason follows, for the version's own page:
 
     macro_f1 0.9500 · lr 1e-4 bs 32 · champion (@champion): eval/macro_f1 0.9500 on the test ...
     macro_f1 0.8000 · lr 3e-5 bs 16 · not champion (@champion): scored eval/macro_f1 0.8000 on ...

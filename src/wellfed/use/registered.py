@@ -17,6 +17,8 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
+from wellfed.track import store_move
+
 MODEL_URI = re.compile(r"models:/([^/@]+)(?:@([\w-]+)|/(\d+))")
 """A registry URI: models:/<name>@<alias> or models:/<name>/<version>."""
 ARTIFACT = "model"
@@ -25,9 +27,10 @@ ARTIFACT = "model"
 
 def store_uri(cwd: str | Path) -> str:
     """The MLflow store a command reads: $MLFLOW_TRACKING_URI, else the project's store, an
-    absolute sqlite:///<cwd>/mlflow.db (as the stages make it when mlflow.tracking_uri is "")."""
-    return (os.environ.get("MLFLOW_TRACKING_URI")
-            or f"sqlite:///{(Path(cwd) / 'mlflow.db').resolve()}")
+    absolute sqlite:///<cwd>/mlflow.db (as the stages make it when mlflow.tracking_uri is "");
+    one line, nothing opened, when that store was moved into a team store (track/store_move.py)."""
+    given = os.environ.get("MLFLOW_TRACKING_URI")
+    return store_move.checked(given) if given else store_move.project_store(cwd)
 
 
 def artifact_path(mlmodel: str) -> str:
