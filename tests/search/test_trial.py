@@ -105,6 +105,20 @@ def test_a_fused_groups_loading_bars_go_to_its_log_not_the_console(setting, tmp_
     logs = tmp_path / "trials"
     loaded = dataclasses.replace(setting, model=ModelConfig(name=str(saved)),
                                  model_source=str(saved), log_dir=str(logs))
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()  # a test before may have turned the bar off
+    hf_logging.enable_progress_bar()
+    try:
+        run_group_and_sizing(fused, loaded, tmp_path, capfd)
+    finally:
+        if not was:
+            hf_logging.disable_progress_bar()
+    assert sorted(p.name for p in logs.iterdir()) == ["s_00000+s_00001.log", "sizing.log"]
+    assert all("Loading weights" in p.read_text() for p in logs.iterdir())
+
+
+def run_group_and_sizing(fused, loaded, tmp_path, capfd) -> None:
     capfd.readouterr()
     members = [("s_00000", None, {"train.lr": 1e-3}, 1), ("s_00001", None, {"train.lr": 2e-3}, 1)]
 
@@ -117,5 +131,3 @@ def test_a_fused_groups_loading_bars_go_to_its_log_not_the_console(setting, tmp_
     assert fused.size(loaded, 2, 1).trials >= 1
     out = capfd.readouterr()
     assert "Loading weights" not in out.err + out.out, out.err[-500:]
-    assert sorted(p.name for p in logs.iterdir()) == ["s_00000+s_00001.log", "sizing.log"]
-    assert all("Loading weights" in p.read_text() for p in logs.iterdir())
