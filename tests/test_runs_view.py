@@ -41,6 +41,7 @@ def test_the_view_is_saved_once_and_make_ui_prints_its_address(tmp_path, capsys)
     columns = ["metrics.`eval/macro_f1`", "tags.`wellfed.alias`", "metrics.`eval/accuracy`",
                "metrics.`eval/ece`", "metrics.`train/real_tokens_per_s`",
                "metrics.`train/seconds`", "params.`model.name`", "params.`train.lr`",
+               "params.`train.warmup_ratio`", "params.`train.weight_decay`",
                "params.`train.epochs`", "params.`train.max_steps`",
                "params.`train.global_batch_size`", "params.`train.seed`", "attributes.`Models`"]
     assert state["orderByKey"] == "metrics.`eval/macro_f1`" and state["orderByAsc"] is False

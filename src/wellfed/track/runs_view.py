@@ -53,9 +53,10 @@ PIPELINE_RUNS = (f"{NOT_COMPARISONS} AND tags.`{SWEEP_PARENT}` IS NULL AND tags.
                  "IS NULL")
 """The headline view's filter, shown in the search box: pipeline runs only (a sweep's trials
 and a search's winner are pipeline runs)."""
-RECIPE = ("model.name", "train.lr", "train.epochs", "train.max_steps", "train.global_batch_size",
-          "train.seed")
-"""The params the headline view shows beside the figures: what made each run's recipe."""
+RECIPE = ("model.name", "train.lr", "train.warmup_ratio", "train.weight_decay", "train.epochs",
+          "train.max_steps", "train.global_batch_size", "train.seed")
+"""The params the headline view shows beside the figures: what made each run's recipe (the
+search's default space included, so a search winner's experiment shows what it changed)."""
 WIDTH = 110  # px per figure column: `0.9512` and its header fit; the UI's default is 150
 
 
