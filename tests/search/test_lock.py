@@ -99,17 +99,31 @@ def test_the_search_says_dvcs_busy_lock_in_one_line(tmp_path, monkeypatch):
 
 def test_the_winners_experiment_beside_a_dvc_exp_run_says_the_lock_in_one_line(tmp_path):
     """The winner's closing `dvc exp run` beside another one ended in DVC's cut-off multi-line
-    message and 'failed (exit 255)'."""
+    message and 'failed (exit 255)'. Its output goes to the terminal (the stages' bars, a
+    stop's lines), so the holder is read from DVC's own lock file."""
+    import json
+    import os
+
     from wellfed.search import winner
 
-    text = DVC_BUSY.format(root=tmp_path.resolve())
-    line = winner.failed(255, text, tmp_path, tmp_path / "data/search/s-1/result.json")
-    assert line == ("the winner's `dvc exp run` could not start: data/reports/tokens.json is in "
-                    "use by `dvc exp run -S train.lr=1e-4` (pid 4242), which runs the pipeline "
-                    "in this project: wait for it to finish (or stop it), then run the winner "
-                    f"with the command above (its params: {tmp_path}/data/search/s-1/result.json)")
-    assert winner.failed(2, "ERROR: failed to reproduce 'train'", tmp_path,
-                         tmp_path / "r.json") == (f"the winner's `dvc exp run` failed (exit 2); "
-                                                  f"its params are in {tmp_path}/r.json")
-    code, said = winner.run("w", {}, tmp_path)  # not a DVC project: DVC's own error, kept
-    assert code != 0 and "ERROR" in said
+    result = tmp_path / "data/search/s-1/result.json"
+    assert winner.failed(255, tmp_path, result) == (
+        f"the winner's `dvc exp run` failed (exit 255); its params are in {result}")
+    (tmp_path / ".dvc/tmp").mkdir(parents=True)
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (tmp_path / ".dvc/tmp/rwlock").write_text(json.dumps({
+            "write": {str(tmp_path.resolve() / "data/train"): {
+                "pid": holder.pid, "cmd": "dvc exp run -S train.lr=1e-4"}},
+            "read": {str(tmp_path.resolve() / "params.yaml"): [
+                {"pid": os.getpid(), "cmd": "ours"}]}}))
+        assert winner.failed(255, tmp_path, result) == (
+            "the winner's `dvc exp run` could not run: data/train is in use by `dvc exp run -S "
+            f"train.lr=1e-4` (pid {holder.pid}), which runs the pipeline in this project: wait "
+            "for it to finish (or stop it), then run the winner with the command above (its "
+            f"params: {result})")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert winner.failed(255, tmp_path, result).endswith("failed (exit 255); its params are in "
+                                                         f"{result}")  # the holder is gone

@@ -68,12 +68,19 @@ def test_the_room_fused_trials_keep_at_a_rung_is_checked_too(tmp_path, monkeypat
         f.truncate(10_000_000)  # a 10 MB model: 30 MB a fused trial
     usage = collections.namedtuple("usage", "total used free")
     monkeypatch.setattr("wellfed.outputs.shutil.disk_usage", lambda _: usage(10**9, 0, 4 * 10**8))
-    assert room.state_bytes("auto", 16, str(model)) == 16 * 30_000_000
-    assert room.state_bytes("false", 16, str(model)) == 0  # ASHA's trials keep no state
-    room.check(tmp_path / "search", 16, None, False, room.state_bytes("false", 16, str(model)))
+    assert room.state_bytes(True, 16, str(model)) == 16 * 30_000_000
+    assert room.state_bytes(False, 16, str(model)) == 0  # ASHA's trials keep no state
+    room.check(tmp_path / "search", 16, None, False, room.state_bytes(False, 16, str(model)))
     with pytest.raises(WriteFault) as full:
-        room.check(tmp_path / "search", 16, None, False, room.state_bytes("auto", 16, str(model)))
+        room.check(tmp_path / "search", 16, None, False, room.state_bytes(True, 16, str(model)))
     assert "it has 400 MB free, and this stage will write about 512 MB" in str(full.value)
+    # a resumed search: what its groups/ holds already is not asked for again
+    held = tmp_path / "search" / "groups"
+    held.mkdir(parents=True)
+    with open(held / "t1@4.pt", "wb") as f:
+        f.truncate(200_000_000)
+    assert room.state_bytes(True, 16, str(model), held) == 16 * 30_000_000 - 200_000_000
+    room.check(tmp_path / "search", 16, None, False, room.state_bytes(True, 16, str(model), held))
 
 
 @pytest.fixture

@@ -206,7 +206,7 @@ class Planted:
         return os.system, (f"touch {self.marker}",)
 
 
-def test_a_group_state_planted_in_the_search_folder_runs_nothing(tmp_path, capsys):
+def test_a_group_state_planted_in_the_search_folder_runs_nothing(tmp_path, capfd):
     """Before, a group's state was read with a full unpickling (it held numpy values): a file
     planted as groups/<id>.pt ran its command when the search went on from it."""
     from wellfed.train.trials import resume
@@ -216,13 +216,21 @@ def test_a_group_state_planted_in_the_search_folder_runs_nothing(tmp_path, capsy
     assert resume.load(planted, 2) is None  # the group starts afresh
     assert not marker.exists() and not planted.exists()
     assert (tmp_path / "group.pt.unreadable").is_file()
-    line = capsys.readouterr().out.strip()
-    assert line.startswith(f"[wellfed] {planted} is not a group state this search wrote (")
-    assert line.endswith("set aside as group.pt.unreadable; the group starts again from step 0")
+    line = capfd.readouterr().out.strip()  # the process's own stdout, past a trial's log
+    assert line == (f"[wellfed] {planted} is not a group state this search wrote (it names "
+                    "posix.system, which a group's state never holds): set aside as "
+                    "group.pt.unreadable; the group starts again from step 0")
     torch.save({"code": Planted(marker)}, planted)
     with pytest.raises(ValueError, match="is not a group state this search wrote") as err:
         resume.merged([planted])
     assert not marker.exists() and "\n" not in str(err.value)
+    # a state a search stopped before the upgrade wrote (numpy's values in it) still reads
+    torch.save({"version": 1, "trials": 2, "alive": [0, 1], "out": {
+        "validations": {0: [{"val/loss": np.float64(0.5)}]},
+        "logits": {0: np.zeros((3, 2), np.float32)}}}, planted)
+    old = resume.load(planted, 2)
+    assert old["out"]["validations"][0][0]["val/loss"] == 0.5
+    assert np.asarray(old["out"]["logits"][0]).shape == (3, 2)
 
 
 def test_the_check_can_fail_a_trial_with_another_data_order(tmp_path, tiny_model_dir):

@@ -83,9 +83,12 @@ def run(search_cfg: SearchConfig, train_cfg: TrainConfig, model_cfg: ModelConfig
     uri = tracking_uri(mlflow_cfg.tracking_uri, project)
     local = not (ray_cfg.address or _env_address())
     finals = search_cfg.finalists * len(search_cfg.seeds)
+    fusable = (search_cfg.fuse != "false"
+               and fused.refusal_of(search_cfg, train_cfg, model_cfg) is None)
+    states = room.state_bytes(fusable, max(search_cfg.trials, finals), _model_source(meta),
+                              p.folder / "groups")
     room.check(p.folder, search_cfg.trials + finals, local_store(uri), local,
-               room.state_bytes(search_cfg.fuse, max(search_cfg.trials, finals),
-                                _model_source(meta)))  # before the parent run opens
+               states)  # before the parent run opens, as a stage's preflight
     parent = story.parent_run(uri, mlflow_cfg.experiment, p.search_id,
                               {**flatten({"search": search_cfg}), "search.metric": p.metric,
                                "search.budget_steps": p.full,
@@ -288,9 +291,9 @@ def _winner(project: Path, p: Plan, params: dict, trial: dict | None, client, pa
         print(f"[wellfed] the winner's experiment {name} exists already: not run again "
               f"(`dvc exp apply {name}` puts it in the workspace)", flush=True)
         return {"winner_exp": name}
-    code, said = winner.run(name, params, project)
+    code = winner.run(name, params, project)
     if code:
-        raise ValueError(winner.failed(code, said, project, p.folder / "result.json"))
+        raise ValueError(winner.failed(code, project, p.folder / "result.json"))
     out: dict = {"winner_exp": name}
     run_file = project / "data" / "train" / "run.json"
     if run_file.is_file():

@@ -32,6 +32,11 @@ SIZING_TRIALS = 16
 
 def refusal(cfg: SearchConfig, setting: Setting) -> str | None:
     """Why this search's trials cannot train fused (one line), or None."""
+    return refusal_of(cfg, setting.train, setting.model)
+
+
+def refusal_of(cfg: SearchConfig, train_cfg, model_cfg) -> str | None:
+    """`refusal` from the search's train and model sections (before its Setting is made)."""
     from wellfed.train.trials.group import VARIES, refusal as group_refusal
 
     for d in cfg.dimensions():
@@ -40,7 +45,7 @@ def refusal(cfg: SearchConfig, setting: Setting) -> str | None:
             return (f"search.space.{d.key} changes what fused trials share (the model, the "
                     f"batches or the budget): they may differ only in "
                     f"{', '.join('train.' + v for v in VARIES)}")
-    return group_refusal([setting.train, setting.train], [setting.model, setting.model])
+    return group_refusal([train_cfg, train_cfg], [model_cfg, model_cfg])
 
 
 def fused(cfg: SearchConfig, setting: Setting) -> bool:

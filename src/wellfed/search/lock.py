@@ -113,7 +113,31 @@ def dvc_busy(output: str, root: Path, then: str) -> str | None:
     path = Path(match.group(1))
     with contextlib.suppress(ValueError):
         path = path.relative_to(root.resolve())
-    blockers = [f"`{cmd.strip()}` (pid {pid})" for pid, cmd in BLOCKER.findall(output)]
-    who = ", ".join(blockers) or "another dvc process"
-    return (f"{path} is in use by {who}, which runs the pipeline in this project: wait for it "
-            f"to finish (or stop it), {then}")
+    return in_use(path, [(int(pid), cmd) for pid, cmd in BLOCKER.findall(output)], then)
+
+
+def in_use(path, holders: list[tuple[int, str]], then: str) -> str:
+    who = ", ".join(f"`{cmd.strip()}` (pid {pid})" for pid, cmd in holders)
+    return (f"{path} is in use by {who or 'another dvc process'}, which runs the pipeline in "
+            f"this project: wait for it to finish (or stop it), {then}")
+
+
+def dvc_holder(root: Path, then: str) -> str | None:
+    """The same line from DVC's own lock file (.dvc/tmp/rwlock: each path a running dvc
+    process reads or writes, with its pid and command), for a dvc command whose output went
+    to the terminal; None when no live process other than this one holds a path there."""
+    from wellfed.outputs import running
+
+    try:
+        held = json.loads((root / ".dvc" / "tmp" / "rwlock").read_text())
+    except (OSError, ValueError):
+        return None
+    entries = [(path, info) for path, info in held.get("write", {}).items()]
+    entries += [(path, info) for path, infos in held.get("read", {}).items() for info in infos]
+    for path, info in entries:
+        pid = info.get("pid") if isinstance(info, dict) else None
+        if isinstance(pid, int) and pid != os.getpid() and running(pid):
+            with contextlib.suppress(ValueError):
+                path = str(Path(path).relative_to(root.resolve()))
+            return in_use(path, [(pid, str(info.get("cmd", "dvc")))], then)
+    return None

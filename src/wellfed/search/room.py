@@ -38,13 +38,17 @@ STATE_COPIES = 3
 each the size of the model's fp32 weights."""
 
 
-def state_bytes(fuse: str, trials: int, source: str) -> int:
+def state_bytes(fusable: bool, trials: int, source: str, held: Path | None = None) -> int:
     """What fused trials keep in the search folder at once: at a rung every trial of the search
     may have its slice there (weights and AdamW's moments: MiniLM's 90 MB weights make 270 MB a
-    trial); none for trials one at a time with ASHA (search.fuse false), which keep no state."""
+    trial), less what `held` (a resumed search's groups/ folder) holds already; none where the
+    trials train one at a time with ASHA (`fusable` False), which keep no state."""
     from wellfed.model import weight_bytes
 
-    return 0 if fuse == "false" else trials * STATE_COPIES * weight_bytes(source)
+    if not fusable:
+        return 0
+    kept = sum(p.stat().st_size for p in held.glob("*.pt")) if held and held.is_dir() else 0
+    return max(0, trials * STATE_COPIES * weight_bytes(source) - kept)
 
 
 def check(folder: Path, trials: int, store: Path | None, local_ray: bool,

@@ -34,28 +34,23 @@ def exists(name: str, cwd: Path) -> bool:
     return name in found.stdout.split()
 
 
-def run(name: str, params: dict, cwd: Path) -> tuple[int, str]:
-    """Run the winner's experiment in the workspace (its console shown as it goes); returns its
-    exit code and what it wrote to stderr (where DVC says a lock is held)."""
+def run(name: str, params: dict, cwd: Path) -> int:
+    """Run the winner's experiment in the workspace, its console (the stages' progress bars,
+    a stop's lines) on this terminal as it goes."""
     cmd = command(name, params)
     print(f"[wellfed] the winner as a DVC experiment: {' '.join(cmd)}", flush=True)
-    proc = subprocess.Popen(cmd, cwd=cwd, stdout=sys.stdout, stderr=subprocess.PIPE, text=True)
-    said = []
-    for line in proc.stderr:
-        sys.stderr.write(line)
-        said.append(line)
-    return proc.wait(), "".join(said)
+    return subprocess.call(cmd, cwd=cwd, stdout=sys.stdout, stderr=sys.stderr)
 
 
-def failed(code: int, stderr: str, cwd: Path, result: Path) -> str:
-    """The one line for a winner's `dvc exp run` that failed: DVC's busy lock (another dvc
-    process runs the pipeline here) as a whole line naming it, else the exit code."""
-    from wellfed.search.lock import dvc_busy
+def failed(code: int, cwd: Path, result: Path) -> str:
+    """The one line for a winner's `dvc exp run` that failed: another dvc process holding the
+    pipeline (DVC's lock file names it), else the exit code."""
+    from wellfed.search.lock import dvc_holder
 
     then = f"then run the winner with the command above (its params: {result})"
-    busy = dvc_busy(stderr, cwd, then)
+    busy = dvc_holder(cwd, then)
     if busy:
-        return f"the winner's `dvc exp run` could not start: {busy}"
+        return f"the winner's `dvc exp run` could not run: {busy}"
     return f"the winner's `dvc exp run` failed (exit {code}); its params are in {result}"
 
 

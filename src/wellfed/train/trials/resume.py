@@ -19,6 +19,8 @@ random states, so only their weights, moments and schedules differ.
 from __future__ import annotations
 
 import os
+import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +29,13 @@ import torch
 from wellfed.train.checkpoints import random_state
 
 VERSION = 2
-"""2: plain values only (1 held numpy's, which only a full unpickling reads)."""
+"""2: plain values only. 1 held numpy's scalars and arrays, read with `NUMPY` allowed."""
+READS = (1, 2)
+NUMPY = [np.zeros(1).__reduce__()[0], np.ndarray, np.dtype, np.float64(0).__reduce__()[0],
+         *(type(np.dtype(t)) for t in (np.float64, np.float32, np.int64, np.int32, np.bool_))]
+"""What a version-1 state (a search stopped before an upgrade) needs beyond weights_only's
+tensors: numpy's array and scalar rebuilders (found through their own pickling, numpy's public
+API) and its number dtypes; an object array still needs globals nothing allows."""
 
 
 def state_of(*, done: int, alive: list[int], trials: int, next_at: tuple[int, int], fused, opt,
@@ -63,9 +71,13 @@ def read(path: Path) -> dict:
     """A state file loaded with weights_only; a file it refuses (planted, damaged, truncated) is
     a ValueError of one line naming it."""
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        with torch.serialization.safe_globals(NUMPY):
+            return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - any unreadable file is the same refusal
-        why = str(err).strip().splitlines()[0][:160] if str(err).strip() else type(err).__name__
+        text = str(err).strip()
+        named = re.search(r"(?:unsupported|Unsupported global:) GLOBAL (\S+)", text)
+        why = (f"it names {named.group(1)}, which a group's state never holds" if named else
+               text.splitlines()[0][:160] if text else type(err).__name__)
         raise ValueError(f"{path} is not a group state this search wrote ({why})") from None
 
 
@@ -107,7 +119,7 @@ def merged(paths: list[Path]) -> dict:
     parts = [read(p) for p in paths]
     first = parts[0]
     for path, part in zip(paths, parts):
-        if part.get("version") != VERSION or part.get("trials") != 1:
+        if part.get("version") not in READS or part.get("trials") != 1:
             raise ValueError(f"{path} is not one trial's state of this version")
         if (part["done"], part["next_at"]) != (first["done"], first["next_at"]):
             raise ValueError(f"{path} stopped at step {part['done']}, {paths[0]} at "
@@ -141,10 +153,11 @@ def load(path: Path | None, trials: int, seeds: list[int] | None = None) -> dict
     except ValueError as err:
         aside = path.with_name(path.name + ".unreadable")
         os.replace(path, aside)
+        # the process's own stdout: a search sends a group's output to its log, this is news
         print(f"[wellfed] {err}: set aside as {aside.name}; the group starts again from step 0",
-              flush=True)
+              file=sys.__stdout__, flush=True)
         return None
-    if state.get("version") != VERSION or state.get("trials") != trials:
+    if state.get("version") not in READS or state.get("trials") != trials:
         return None
     if seeds is not None and "seeds" in state and state["seeds"] != [seeds[k] for k in
                                                                       state["alive"]]:
