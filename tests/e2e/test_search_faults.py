@@ -102,6 +102,18 @@ def small_disk(folder: Path, size: str):
         subprocess.run(["umount", "-l", str(folder)])
 
 
+def stopped_by_a_full_disk(project: Path, code: int, out: str) -> list:
+    """The search ended in the stages' one line for a full disk, no run left RUNNING; its runs."""
+    errors = [line for line in out.splitlines() if line.startswith("error:")]
+    assert code == 1 and len(errors) == 1, out[-3000:]
+    assert errors[0].startswith("error: cannot write data/search/s-") and "it is full" in \
+        errors[0] and errors[0].endswith("then rerun `wellfed-search` to resume it")
+    assert "Traceback" not in out, out[-3000:]
+    _, runs = mlflow_runs(project)
+    assert not [r for r in runs if r.info.status == "RUNNING"]
+    return runs
+
+
 def ledger(project: Path) -> dict[str, dict]:
     return {p.stem: json.loads(p.read_text())
             for p in project.glob("data/search/*/finished/*.json")}
@@ -148,13 +160,7 @@ def test_a_disk_filled_mid_search_stops_it_in_the_stages_line_and_the_rerun_resu
                    {**SEARCH, "searcher_seed": 1})
     with small_disk(project / "data" / "search", "12m") as folder:
         code, out = search(project, stop_at="[wellfed] search 1/", fill=folder / "filler")
-        errors = [line for line in out.splitlines() if line.startswith("error:")]
-        assert code == 1 and len(errors) == 1, out[-3000:]
-        assert errors[0].startswith("error: cannot write data/search/s-") and "it is full" in \
-            errors[0] and errors[0].endswith("then rerun `wellfed-search` to resume it")
-        assert "Traceback" not in out, out[-3000:]
-        client, runs = mlflow_runs(project)
-        assert not [r for r in runs if r.info.status == "RUNNING"]
+        runs = stopped_by_a_full_disk(project, code, out)
         (parent,) = [r for r in runs if r.data.tags.get("wellfed.search.phase") == "parent"]
         assert parent.info.status == "FAILED"
         for path in folder.glob("s-*/**/*.json"):
@@ -200,13 +206,7 @@ def test_a_disk_filled_mid_fused_search_stops_it_in_the_stages_line_and_the_reru
     with small_disk(project / "data" / "search", "64m") as folder:
         code, out = search(project, stop_at="[wellfed] search: to rung 1 of ",
                            fill=folder / "filler")
-        errors = [line for line in out.splitlines() if line.startswith("error:")]
-        assert code == 1 and len(errors) == 1, out[-3000:]
-        assert errors[0].startswith("error: cannot write data/search/s-") and "it is full" in \
-            errors[0] and errors[0].endswith("then rerun `wellfed-search` to resume it")
-        assert "Traceback" not in out, out[-3000:]
-        client, runs = mlflow_runs(project)
-        assert not [r for r in runs if r.info.status == "RUNNING"]
+        runs = stopped_by_a_full_disk(project, code, out)
         for path in folder.glob("s-*/**/*.pt"):  # whole or absent, never cut short
             torch.load(path, weights_only=True)
         (folder / "filler").unlink()

@@ -102,11 +102,7 @@ def test_ray_tunes_warnings_go_to_the_search_log_and_errors_also_to_the_console(
         assert text.count("performance bottleneck") == 1 and "Trial x errored" in text
         assert "Traceback" in text and "searcher-state-tmp" in text
     finally:
-        for h in tune.handlers[:]:
-            if h not in before[0]:
-                tune.removeHandler(h)
-                h.close()
-        tune.propagate = before[1]
+        put_back(tune, before)
 
 
 def test_a_trials_output_goes_to_its_log_file(tmp_path, capsys):
@@ -240,8 +236,13 @@ def test_the_start_line_says_what_trains_at_once_on_either_path(monkeypatch, tmp
         assert said(cpu, 4) == ("4 at once (up to 4 per fused group x 1 group side by side; "
                                 "search.concurrent 0: Ray fits 1, 16 CPU(s) each)")
     finally:
-        for h in tune.handlers[:]:
-            if h not in before[0]:
-                tune.removeHandler(h)
-                h.close()
-        tune.propagate = before[1]
+        put_back(tune, before)
+
+
+def put_back(logger, before: tuple) -> None:
+    """Ray Tune's logger as it was (its handlers, `propagate`) before a test sent it to a file."""
+    for h in logger.handlers[:]:
+        if h not in before[0]:
+            logger.removeHandler(h)
+            h.close()
+    logger.propagate = before[1]
