@@ -72,6 +72,19 @@ def assert_same(fused_losses, alone_losses, what: str):
     assert not bad, f"{what}: steps (step, fused, alone) differ: {bad[:3]}"
 
 
+def each_as_alone(job, configs, run) -> None:
+    """Each trial of the group `run` has the losses and validation figures (at 3 and 6) of the
+    same trial trained alone."""
+    for k, cfg in enumerate(configs):
+        losses, vals = alone(dataclasses.replace(job, train=cfg), {3})
+        assert_same([r["loss"] for r in run.history[k]], losses, f"trial {k} (seed {cfg.seed})")
+        fused_vals = {v["step"]: v for v in run.validations[k]}
+        assert sorted(fused_vals) == sorted(vals) == [3, 6]
+        for step, figures in vals.items():
+            for key, value in figures.items():
+                assert close(fused_vals[step][key], value), (k, step, key)
+
+
 @pytest.mark.parametrize("task,pairs", [("single_label", False), ("multi_label", False),
                                         ("regression", False), ("single_label", True)],
                          ids=["single_label", "multi_label", "regression", "pairs"])
@@ -80,14 +93,7 @@ def test_a_fused_trial_learns_what_it_learns_alone(tmp_path, tiny_model_dir, tas
     configs = [dataclasses.replace(BASE, **r) for r in RECIPES]
     job = job_for(tokens, tiny_model_dir, task)
     run = trial_group.train_group(job, configs, CPU, validate_at=frozenset({3}))
-    for k, cfg in enumerate(configs):
-        losses, vals = alone(dataclasses.replace(job, train=cfg), {3})
-        assert_same([r["loss"] for r in run.history[k]], losses, f"trial {k}")
-        fused_vals = {v["step"]: v for v in run.validations[k]}
-        assert sorted(fused_vals) == sorted(vals) == [3, 6]
-        for step, figures in vals.items():
-            for key, value in figures.items():
-                assert close(fused_vals[step][key], value), (k, step, key)
+    each_as_alone(job, configs, run)
     # the recipes differ, so the trials do: the group is not one trial K times
     assert len({round(run.history[k][-1]["loss"], 6) for k in range(3)}) == 3
 

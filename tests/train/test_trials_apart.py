@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from tests.train.test_trials import (BASE, CPU, RECIPES, alone, assert_same, close, job_for,
-                                     stopped_and_resumed, token_dir)
+from tests.train.test_trials import (BASE, CPU, RECIPES, alone, assert_same,
+                                     each_as_alone, job_for, stopped_and_resumed, token_dir)
 from wellfed.train.trials import apart
 from wellfed.train.trials import group as trial_group
 
@@ -38,14 +38,7 @@ def test_trials_of_different_seeds_learn_in_one_group_what_they_learn_alone(
     configs = configs_of()
     job = job_for(tokens, tiny_model_dir, task)
     run = trial_group.train_group(job, configs, CPU, validate_at=frozenset({3}))
-    for k, cfg in enumerate(configs):
-        losses, vals = alone(dataclasses.replace(job, train=cfg), {3})
-        assert_same([r["loss"] for r in run.history[k]], losses, f"trial {k} (seed {cfg.seed})")
-        fused_vals = {v["step"]: v for v in run.validations[k]}
-        assert sorted(fused_vals) == sorted(vals) == [3, 6]
-        for step, figures in vals.items():
-            for key, value in figures.items():
-                assert close(fused_vals[step][key], value), (k, step, key)
+    each_as_alone(job, configs, run)
     # the trials' own batches differ, so the group computed more than they would alone
     assert run.tokens["computed"] > run.tokens["alone"] >= run.tokens["real"] > 0
 

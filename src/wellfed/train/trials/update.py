@@ -52,6 +52,8 @@ class TrialAdamW:
         self.avg = [torch.zeros_like(p) for _, p in named]
         self.sq = [torch.zeros_like(p) for _, p in named]
         self.decay = [decays(name, p.ndim - 1) for name, p in named]
+        self.limits: torch.Tensor | None = None
+        """Each trial's max_grad_norm (0: inf) on the device, made at the first `clip`."""
         device = named[0][1].device
         self.fused = device.type in ("cpu", "cuda")
         # one step count per trial and weight, as AdamW keeps one per parameter (float32 on the
@@ -73,9 +75,10 @@ class TrialAdamW:
         k = grads[0].shape[0]
         each = torch.stack([g.reshape(k, -1).norm(dim=1) for g in grads], dim=1)  # (K, weights)
         totals = each.norm(dim=1)
-        limits = torch.tensor([r.max_grad_norm or float("inf") for r in self.recipes],
-                              dtype=totals.dtype, device=totals.device)
-        coefs = torch.clamp(limits / (totals + 1e-6), max=1.0)
+        if self.limits is None:  # once, not a host-to-device copy every step
+            self.limits = torch.tensor([r.max_grad_norm or float("inf") for r in self.recipes],
+                                       dtype=totals.dtype, device=totals.device)
+        coefs = torch.clamp(self.limits / (totals + 1e-6), max=1.0)
         for g in grads:
             g.mul_(coefs.reshape(k, *[1] * (g.ndim - 1)).to(g.dtype))
         return totals
@@ -111,6 +114,7 @@ class TrialAdamW:
         self.sq = [s[index.to(s.device)].clone() for s in self.sq]
         self.named = named
         self.recipes = [self.recipes[k] for k in trials]
+        self.limits = None
         self.schedules = [self.schedules[k] for k in trials]
         self.counts = [self.counts[k] for k in trials]
 
